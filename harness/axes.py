@@ -1,0 +1,121 @@
+"""The axes a matrix may vary, the values each accepts, and how a value reads in a cell id.
+
+A cell id is built from per-axis tokens in this module's fixed axis order. A token
+depends only on the axis and the cell's own value, never on which other values the
+matrix lists, so adding a value anywhere never renames an existing cell.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+AxisValue = str | int | bool
+
+AUTO_BACKEND = "auto"
+_BACKEND_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_CAPABILITY = re.compile(r"^(\d{1,2})\.(\d)$")
+
+DTYPE_TOKENS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+LOADERS = ("v1", "v2")
+CUDAGRAPH_MODES = ("eager", "graph")
+
+
+class AxisValueError(ValueError):
+    """A value the axis does not accept; the message says what would be valid."""
+
+    def __init__(self, problem: str, choices: tuple[str, ...] = ()):
+        super().__init__(problem)
+        self.choices = choices
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    describe: str
+    check: Callable[[object], AxisValue]
+    token: Callable[[AxisValue], str | None]
+    choices: tuple[str, ...] = ()
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object], AxisValue]:
+    def check(value: object) -> AxisValue:
+        if not isinstance(value, str) or value not in choices:
+            raise AxisValueError(f"{value!r} is not allowed", choices)
+        return value
+
+    return check
+
+
+def _boolean(value: object) -> AxisValue:
+    if not isinstance(value, bool):
+        raise AxisValueError(f"{value!r} is not a boolean", ("true", "false"))
+    return value
+
+
+def _backend(value: object) -> AxisValue:
+    if isinstance(value, str) and (value == AUTO_BACKEND or _BACKEND_NAME.match(value)):
+        return value
+    raise AxisValueError(
+        f"{value!r} is not a backend name", ("an AttentionBackendEnum member name such as FLASH_ATTN", "auto")
+    )
+
+
+def _window(value: object) -> AxisValue:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AxisValueError(f"{value!r} is not a window size", ("0 for no sliding window", "a positive token count"))
+    return value
+
+
+def _capability(value: object) -> AxisValue:
+    if isinstance(value, str) and _CAPABILITY.match(value):
+        return value
+    raise AxisValueError(f"{value!r} is not a compute capability", ('"8.0"', '"9.0"', '"10.0"', '"12.0"', "..."))
+
+
+def capability_token(value: AxisValue) -> str:
+    major, minor = str(value).split(".")
+    return f"sm{major}{minor}"
+
+
+AXES: tuple[Axis, ...] = (
+    Axis("capability", "simulated or real GPU compute capability", _capability, capability_token),
+    Axis("backend", "requested attention backend, or auto", _backend, lambda v: str(v)),
+    Axis("causal", "draft attention is causal", _boolean, lambda v: "causal" if v else "noncausal"),
+    Axis("sink", "draft layers carry attention-sink logits", _boolean, lambda v: "sink" if v else "nosink"),
+    Axis("sliding_window", "draft sliding window (0 = none)", _window, lambda v: f"swa{v}" if v else None),
+    Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),
+    Axis(
+        "kv_cache_dtype",
+        "KV-cache dtype",
+        _one_of(KV_CACHE_DTYPES),
+        lambda v: None if v == "auto" else f"kv-{v}",
+        KV_CACHE_DTYPES,
+    ),
+    Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
+    Axis(
+        "cudagraph",
+        "eager, or capture and replay in a CUDA graph",
+        _one_of(CUDAGRAPH_MODES),
+        lambda v: None if v == "eager" else "graph",
+        CUDAGRAPH_MODES,
+    ),
+    Axis(
+        "flashinfer_cubin",
+        "FlashInfer TRT-LLM cubins available (changes FlashInfer's sink support)",
+        _boolean,
+        lambda v: "cubin" if v else "nocubin",
+    ),
+)
+
+AXES_BY_NAME: dict[str, Axis] = {axis.name: axis for axis in AXES}
+AXIS_NAMES: tuple[str, ...] = tuple(AXES_BY_NAME)
+REQUIRED_AXES: tuple[str, ...] = ("backend", "causal", "sink")
+
+
+def cell_id(axes: dict[str, AxisValue]) -> str:
+    """Readable id, e.g. ``sm90-FLASH_ATTN-noncausal-sink-bf16-v2``."""
+    tokens = [AXES_BY_NAME[name].token(axes[name]) for name in AXIS_NAMES if name in axes]
+    return "-".join(token for token in tokens if token)

@@ -1,0 +1,240 @@
+"""Matrix files (TOML) and their expansion into cells.
+
+A matrix file names the lane that runs it, the axes and their values, optional
+exclusions, per-dtype tolerances, a per-cell time limit and the expectations file::
+
+    [matrix]
+    name = "cpu"
+    lane = "cpu"
+    expectations = "expectations/cpu.toml"   # relative to this file
+    timeout_s = 120
+
+    [axes]
+    backend = ["CPU_ATTN", "FLASH_ATTN", "auto"]
+    causal = [true, false]
+    sink = [true, false]
+
+    [[exclude]]
+    backend = "auto"
+    sink = [true]
+
+    [tolerance]
+    bfloat16 = 2e-2
+
+    [options]           # free-form, read by the lane
+    head_dim = 32
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
+from harness.errors import InputError
+
+LANES = ("cpu", "selection", "gpu", "fake")
+DEFAULT_TIMEOUT_S = 300.0
+_MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
+_TOP_KEYS = ("matrix", "axes", "exclude", "tolerance", "options")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the matrix: what a lane is asked to try."""
+
+    id: str
+    lane: str
+    axes: tuple[tuple[str, AxisValue], ...]
+    tolerance: float | None
+    timeout_s: float
+
+    @property
+    def values(self) -> dict[str, AxisValue]:
+        return dict(self.axes)
+
+    def get(self, name: str, default: AxisValue | None = None) -> AxisValue | None:
+        return self.values.get(name, default)
+
+    @property
+    def requested_backend(self) -> str | None:
+        """None means auto-selection."""
+        backend = self.values["backend"]
+        return None if backend == "auto" else str(backend)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: Path
+    name: str
+    lane: str
+    axes: tuple[tuple[str, tuple[AxisValue, ...]], ...]
+    exclusions: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
+    tolerances: tuple[tuple[str, float], ...] = ()
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    expectations_path: Path | None = None
+    description: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def tolerance_for(self, dtype: AxisValue | None) -> float | None:
+        return dict(self.tolerances).get(str(dtype)) if dtype is not None else None
+
+
+def load_matrix(path: str | Path) -> Matrix:
+    path = Path(path)
+    raw = _read_toml(path)
+    _only_keys(path, "", raw, _TOP_KEYS)
+    head = raw.get("matrix")
+    if not isinstance(head, dict):
+        raise InputError(path, "matrix", "missing [matrix] table", ("name", "lane"))
+    _only_keys(path, "matrix", head, _MATRIX_KEYS)
+    lane = head.get("lane")
+    if lane not in LANES:
+        raise InputError(path, "matrix.lane", f"{lane!r} is not a lane", LANES)
+    name = head.get("name", path.stem)
+    if not isinstance(name, str) or not name:
+        raise InputError(path, "matrix.name", "must be a non-empty string")
+    timeout = head.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise InputError(path, "matrix.timeout_s", f"{timeout!r} is not a positive number of seconds")
+    expectations = head.get("expectations")
+    if expectations is not None and not isinstance(expectations, str):
+        raise InputError(path, "matrix.expectations", "must be a path relative to the matrix file")
+
+    axes = _read_axes(path, raw.get("axes"))
+    exclusions = tuple(_read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(_tables(path, raw, "exclude")))
+    tolerances = _read_tolerances(path, raw.get("tolerance", {}))
+    options = raw.get("options", {})
+    if not isinstance(options, dict):
+        raise InputError(path, "options", "must be a table")
+    matrix = Matrix(
+        path=path,
+        name=name,
+        lane=lane,
+        axes=axes,
+        exclusions=exclusions,
+        tolerances=tolerances,
+        timeout_s=float(timeout),
+        expectations_path=(path.parent / expectations) if expectations else None,
+        description=str(head.get("description", "")),
+        options=options,
+    )
+    expand(matrix)  # duplicate ids are a file error, found now rather than mid-run
+    return matrix
+
+
+def expand(matrix: Matrix) -> tuple[Cell, ...]:
+    names = [name for name, _ in matrix.axes]
+    cells: list[Cell] = []
+    seen: dict[str, dict[str, AxisValue]] = {}
+    for combo in itertools.product(*(values for _, values in matrix.axes)):
+        values = dict(zip(names, combo, strict=True))
+        if any(selector_matches(rule, values) for rule in matrix.exclusions):
+            continue
+        ident = cell_id(values)
+        if ident in seen:
+            raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
+        seen[ident] = values
+        cells.append(
+            Cell(
+                id=ident,
+                lane=matrix.lane,
+                axes=tuple((name, values[name]) for name in AXIS_NAMES if name in values),
+                tolerance=matrix.tolerance_for(values.get("dtype")),
+                timeout_s=matrix.timeout_s,
+            )
+        )
+    return tuple(cells)
+
+
+Selector = tuple[tuple[str, tuple[AxisValue, ...]], ...]
+
+
+def selector_matches(selector: Selector, values: Mapping[str, AxisValue]) -> bool:
+    """A selector maps axes to accepted values; every named axis must match."""
+    return all(name in values and values[name] in accepted for name, accepted in selector)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise InputError(path, "", "file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(path, "", f"TOML syntax error: {exc}") from None
+    except OSError as exc:
+        raise InputError(path, "", f"cannot read: {exc.strerror}") from None
+
+
+def _only_keys(path: Path, where: str, table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in allowed:
+            raise InputError(path, f"{where}.{key}" if where else key, "unknown key", allowed)
+
+
+def _tables(path: Path, raw: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    tables = raw.get(key, [])
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise InputError(path, key, f"must be an array of tables ([[{key}]])")
+    return tables
+
+
+def _check_value(path: Path, key: str, axis_name: str, value: object) -> AxisValue:
+    try:
+        return AXES_BY_NAME[axis_name].check(value)
+    except AxisValueError as exc:
+        raise InputError(path, key, str(exc), exc.choices) from None
+
+
+def _read_axes(path: Path, raw: object) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
+    if not isinstance(raw, dict):
+        raise InputError(path, "axes", "missing [axes] table", AXIS_NAMES)
+    for required in REQUIRED_AXES:
+        if required not in raw:
+            raise InputError(path, f"axes.{required}", "required axis is missing", REQUIRED_AXES)
+    axes = []
+    for name, values in raw.items():
+        if name not in AXES_BY_NAME:
+            raise InputError(path, f"axes.{name}", "unknown axis", AXIS_NAMES)
+        if not isinstance(values, list) or not values:
+            raise InputError(path, f"axes.{name}", "an axis needs a non-empty list of values")
+        checked = tuple(_check_value(path, f"axes.{name}", name, v) for v in values)
+        axes.append((name, checked))
+    return tuple(axes)
+
+
+def _read_selector(
+    path: Path, key: str, raw: Mapping[str, Any], axes: tuple[tuple[str, tuple[AxisValue, ...]], ...] | None
+) -> Selector:
+    """Read ``{axis = value | [values]}``; with ``axes`` given, the axis must be in the matrix."""
+    known = dict(axes) if axes is not None else None
+    valid = tuple(known) if known is not None else AXIS_NAMES
+    if not raw:
+        raise InputError(path, key, "selects every cell; name at least one axis", valid)
+    selector = []
+    for name, value in raw.items():
+        if name not in valid:
+            raise InputError(path, f"{key}.{name}", "names an axis this matrix does not have", valid)
+        values = value if isinstance(value, list) else [value]
+        if not values:
+            raise InputError(path, f"{key}.{name}", "empty list matches nothing")
+        selector.append((name, tuple(_check_value(path, f"{key}.{name}", name, v) for v in values)))
+    return tuple(selector)
+
+
+def _read_tolerances(path: Path, raw: object) -> tuple[tuple[str, float], ...]:
+    if not isinstance(raw, dict):
+        raise InputError(path, "tolerance", "must be a table of dtype = max abs error", tuple(DTYPE_TOKENS))
+    tolerances = []
+    for dtype, tol in raw.items():
+        if dtype not in DTYPE_TOKENS:
+            raise InputError(path, f"tolerance.{dtype}", "unknown dtype", tuple(DTYPE_TOKENS))
+        if isinstance(tol, bool) or not isinstance(tol, int | float) or tol <= 0:
+            raise InputError(path, f"tolerance.{dtype}", f"{tol!r} is not a positive number")
+        tolerances.append((dtype, float(tol)))
+    return tuple(tolerances)

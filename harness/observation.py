@@ -1,0 +1,56 @@
+"""What a lane saw when it tried one cell. Lanes produce these; they never decide verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.verdict import Stage
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the requested backend says about itself (``validate_configuration`` and friends)."""
+
+    supported: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An exception nobody expected, and where it happened."""
+
+    stage: Stage
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Facts only. ``harness.verdict.judge`` turns them into a verdict.
+
+    requested_backend: the backend asked for, None for auto-selection.
+    platform_choice:   the backend the platform's own selector returns for that request in
+                       isolation; a draft layer carrying something else means the request was
+                       lost on its way through the loader (wrong-backend), while a layer carrying
+                       exactly this one means the platform substituted it.
+    observed_backends: the backend each draft attention layer really carries, read from the layer.
+    rejection:         reasons, when the request was cleanly refused (a ValueError with reasons).
+    unavailable:       why the backend, or the API the lane needs, does not exist here.
+    failure:           an unexpected exception, with its stage.
+    timed_out:         the cell ran past its time limit (set by the runner, never by a lane).
+    max_abs_err / tolerance: the numeric comparison against the reference, when one ran.
+    """
+
+    requested_backend: str | None
+    platform_choice: str | None = None
+    observed_backends: tuple[str, ...] = ()
+    rejection: tuple[str, ...] | None = None
+    unavailable: str | None = None
+    failure: Failure | None = None
+    timed_out: bool = False
+    max_abs_err: float | None = None
+    tolerance: float | None = None
+    claim: Claim | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0

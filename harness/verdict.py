@@ -1,0 +1,130 @@
+"""The verdict vocabulary and the pure function that derives a verdict from an observation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.observation import Claim, Observation
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    UNSUPPORTED = "unsupported"  # cleanly rejected, with reasons
+    SUBSTITUTED = "substituted"  # the platform ran another backend than the one requested
+    WRONG_BACKEND = "wrong-backend"  # the loader lost the request (the PR #46770 regression)
+    MISMATCH = "mismatch"  # numerics beyond tolerance
+    CRASH = "crash"  # unexpected exception or process death; stage says where
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"  # backend or API not installed/importable here
+
+
+VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
+
+
+class Stage(StrEnum):
+    CONFIG = "config"
+    SELECT = "select"
+    BUILD = "build"
+    METADATA = "metadata"
+    FORWARD = "forward"
+    COMPARE = "compare"
+
+
+STAGES: tuple[str, ...] = tuple(s.value for s in Stage)
+
+
+class Outcome(StrEnum):
+    """How an observed verdict relates to the expected one."""
+
+    MATCH = "match"
+    UNEXPECTED_PASS = "unexpected-pass"  # better than expected: the expectation is out of date
+    REGRESSION = "regression"  # worse than expected
+    CHANGED = "changed"  # different, neither better nor worse (e.g. unsupported <-> unavailable)
+
+
+# Lower is better. Verdicts of equal rank are different but not ordered.
+_RANK = {
+    Verdict.PASS: 0,
+    Verdict.SUBSTITUTED: 1,
+    Verdict.UNSUPPORTED: 2,
+    Verdict.UNAVAILABLE: 2,
+    Verdict.WRONG_BACKEND: 3,
+    Verdict.MISMATCH: 3,
+    Verdict.TIMEOUT: 4,
+    Verdict.CRASH: 4,
+}
+
+
+def outcome(observed: Verdict, expected: Verdict) -> Outcome:
+    if observed == expected:
+        return Outcome.MATCH
+    if _RANK[observed] < _RANK[expected]:
+        return Outcome.UNEXPECTED_PASS
+    if _RANK[observed] > _RANK[expected]:
+        return Outcome.REGRESSION
+    return Outcome.CHANGED
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    stage: Stage | None
+    message: str
+
+
+def judge(obs: Observation) -> Judgement:
+    """Most severe fact first: a crash hides everything after it, a lost request
+    matters more than the numbers it produced, wrong numbers matter more than a swap."""
+    if obs.timed_out:
+        stage = obs.failure.stage if obs.failure else None
+        return Judgement(Verdict.TIMEOUT, stage, obs.failure.message if obs.failure else "cell ran past its time limit")
+    if obs.failure is not None:
+        return Judgement(Verdict.CRASH, obs.failure.stage, f"{obs.failure.error_type}: {obs.failure.message}")
+    if obs.unavailable is not None:
+        return Judgement(Verdict.UNAVAILABLE, None, obs.unavailable)
+    if obs.rejection is not None:
+        return Judgement(Verdict.UNSUPPORTED, Stage.SELECT, "; ".join(obs.rejection) or "rejected without reasons")
+    if not obs.observed_backends:
+        return Judgement(Verdict.CRASH, Stage.BUILD, "lane reported no draft attention layer")
+    wanted = obs.requested_backend
+    layers = ", ".join(obs.observed_backends)
+    strays = sorted({b for b in obs.observed_backends if b != obs.platform_choice})
+    if obs.platform_choice is not None and strays:
+        what = f"requested {wanted}" if wanted else "auto-selection"
+        return Judgement(
+            Verdict.WRONG_BACKEND,
+            Stage.BUILD,
+            f"{what}: the platform selects {obs.platform_choice}, but draft layers carry {layers}",
+        )
+    if obs.max_abs_err is not None and obs.tolerance is not None and not obs.max_abs_err <= obs.tolerance:
+        return Judgement(
+            Verdict.MISMATCH,
+            Stage.COMPARE,
+            f"max abs error {obs.max_abs_err:.3g} > tolerance {obs.tolerance:.3g} on {layers}",
+        )
+    if wanted is not None and any(b != wanted for b in obs.observed_backends):
+        return Judgement(Verdict.SUBSTITUTED, None, f"requested {wanted}, ran {layers}")
+    if obs.max_abs_err is not None:
+        return Judgement(Verdict.PASS, None, f"{layers}: max abs error {obs.max_abs_err:.3g} <= {obs.tolerance:.3g}")
+    return Judgement(Verdict.PASS, None, f"draft layers carry {layers}")
+
+
+class ClaimGap(StrEnum):
+    OVER_CLAIM = "over-claim"  # claims support, but the cell fails
+    UNDER_CLAIM = "under-claim"  # claims no support, but the cell works
+
+
+_FAILS = {Verdict.UNSUPPORTED, Verdict.MISMATCH, Verdict.CRASH, Verdict.TIMEOUT}
+
+
+def claim_gap(claim: Claim | None, verdict: Verdict) -> ClaimGap | None:
+    if claim is None:
+        return None
+    if claim.supported and verdict in _FAILS:
+        return ClaimGap.OVER_CLAIM
+    if not claim.supported and verdict == Verdict.PASS:
+        return ClaimGap.UNDER_CLAIM
+    return None
