@@ -5,6 +5,7 @@ Each writer (a pytest process or xdist worker) owns one file, so no two processe
 ever append to the same file.
 
     {"kind": "run",  "run": {...metadata...}, "planned": ["cell-id", ...]}
+    {"kind": "env",  "env": {...}}       # the lane's environment, once its process is up
     {"kind": "cell", "cell": {...CellResult.to_json()...}}
     {"kind": "end",  "at": "2026-12-02T10:00:00+00:00"}
 """
@@ -43,6 +44,9 @@ class JournalWriter:
     def start(self, run: dict[str, Any], planned: Iterable[str]) -> None:
         self._append({"kind": "run", "run": run, "planned": list(planned)})
 
+    def env(self, env: dict[str, Any]) -> None:
+        self._append({"kind": "env", "env": env})
+
     def cell(self, result: CellResult) -> None:
         self._append({"kind": "cell", "cell": result.to_json()})
 
@@ -56,6 +60,7 @@ class JournalWriter:
 @dataclass
 class JournalContents:
     runs: list[dict[str, Any]] = field(default_factory=list)
+    env: dict[str, Any] = field(default_factory=dict)
     planned: list[str] = field(default_factory=list)
     cells: list[CellResult] = field(default_factory=list)
     ended: bool = False
@@ -107,8 +112,8 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 # A torn last line is what a kill mid-write leaves; everything before it stands.
                 return
             raise InputError(path, f"line {number}", f"not JSON ({exc.msg})") from None
-        if not isinstance(record, dict) or record.get("kind") not in ("run", "cell", "end"):
-            raise InputError(path, f"line {number}", "not a journal record", ("kind = run", "cell", "end"))
+        if not isinstance(record, dict) or record.get("kind") not in ("run", "env", "cell", "end"):
+            raise InputError(path, f"line {number}", "not a journal record", ("kind = run", "env", "cell", "end"))
         yield number, record
 
 
@@ -124,6 +129,10 @@ def read_journals(paths: Iterable[str | Path]) -> JournalContents:
                     raise InputError(path, f"line {number}", "run record needs 'run' (object) and 'planned' (list)")
                 contents.runs.append(record["run"])
                 contents.planned.extend(str(p) for p in record["planned"])
+            elif kind == "env":
+                if not isinstance(record.get("env"), dict):
+                    raise InputError(path, f"line {number}", "env record needs 'env' (object)")
+                contents.env.update(record["env"])
             elif kind == "cell":
                 try:
                     result = CellResult.from_json(record.get("cell"))
