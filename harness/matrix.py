@@ -27,6 +27,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import tomllib
 from collections.abc import Mapping
@@ -59,6 +60,11 @@ class Cell:
 
     def get(self, name: str, default: AxisValue | None = None) -> AxisValue | None:
         return self.values.get(name, default)
+
+    @property
+    def seed(self) -> int:
+        """Fixed per cell and derived from its id, so two runs draw the same tensors."""
+        return int.from_bytes(hashlib.sha256(self.id.encode()).digest()[:4], "big")
 
     @property
     def requested_backend(self) -> str | None:

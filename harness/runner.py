@@ -1,0 +1,274 @@
+"""Runs cells in long-lived child processes, one per process key.
+
+Why a child process: a kernel can segfault, abort, device-assert or hang. The
+pytest process (or xdist worker) that owns the journal must survive all of that,
+so every cell runs in a child that imports vLLM once and stays warm across cells.
+When the child dies the cell is a `crash` at the stage it last logged, when it
+stops answering the cell is a `timeout`; either way the child is replaced and the
+next cell runs. This works the same with and without pytest-xdist.
+
+Lanes whose cached state depends on a cell axis (the selection lane's simulated
+capability) expose ``process_key(cell)``; cells with another key get another child.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import multiprocessing
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+from harness.expectations import expectations_for
+from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.observation import Failure, Observation
+from harness.result import CellResult, decide
+from harness.verdict import STAGES, Stage
+
+# Spawn, never fork: the parent may hold threads (xdist's execnet), and a forked
+# copy of a half-initialised CUDA or OpenMP runtime is its own source of crashes.
+_CONTEXT = multiprocessing.get_context("spawn")
+STARTUP_TIMEOUT_S = 600.0
+_NO_STAGE = -1
+
+
+def process_key(matrix: Matrix, cell: Cell) -> str:
+    module = importlib.import_module(f"harness.lanes.{matrix.lane}")
+    keyer: Callable[[Cell], str] | None = getattr(module, "process_key", None)
+    return keyer(cell) if keyer else matrix.lane
+
+
+def lane_groups_cells(matrix: Matrix) -> bool:
+    """True when the lane keeps per-key state worth keeping cells together for (xdist loadgroup)."""
+    module = importlib.import_module(f"harness.lanes.{matrix.lane}")
+    return hasattr(module, "process_key")
+
+
+def _resolve(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"plant {spec!r} must be 'package.module:function'")
+    function: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
+    return function
+
+
+def _serve(
+    conn: Connection, matrix_path: str, plants: Sequence[str], options: dict[str, Any], stage_slot: Any
+) -> None:
+    """Child process main loop: create the lane once, then run cells as they arrive."""
+    from harness.lanes import create_lane
+
+    def stage_log(stage: Stage) -> None:
+        stage_slot.value = STAGES.index(stage.value)
+
+    try:
+        matrix = load_matrix(matrix_path)
+        if options:
+            matrix = dataclasses.replace(matrix, options={**matrix.options, **options})
+        lane = create_lane(matrix)
+        for plant in plants:
+            _resolve(plant)(lane)
+        conn.send(("ready", dict(lane.environment())))
+    except BaseException as exc:  # the lane cannot start: every cell will say why
+        conn.send(("broken", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        cell: Cell = message
+        stage_slot.value = _NO_STAGE
+        started = time.perf_counter()
+        try:
+            observation = lane.observe(cell, stage_log)
+        except Exception as exc:
+            stage = Stage(STAGES[stage_slot.value]) if stage_slot.value != _NO_STAGE else Stage.CONFIG
+            observation = Observation(
+                requested_backend=cell.requested_backend,
+                failure=Failure(stage, type(exc).__name__, _one_line(str(exc))),
+                details={"traceback": traceback.format_exc(limit=8)},
+            )
+        elapsed = time.perf_counter() - started
+        if not observation.duration_s:
+            observation = dataclasses.replace(observation, duration_s=elapsed)
+        conn.send(("observed", observation))
+
+
+def _one_line(text: str, limit: int = 2000) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "cell process stopped answering"
+    if code < 0:
+        try:
+            return f"cell process killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"cell process killed by signal {-code}"
+    return f"cell process exited with status {code}"
+
+
+@dataclass
+class _Child:
+    key: str
+    process: BaseProcess
+    conn: Connection
+    stage_slot: Any
+    environment: dict[str, Any]
+
+
+class CellRunner:
+    """Owns at most one child process at a time; replaces it when it dies, hangs or the key changes."""
+
+    def __init__(
+        self,
+        matrix: Matrix,
+        plants: Sequence[str] = (),
+        options: dict[str, Any] | None = None,
+        on_environment: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.matrix = matrix
+        self.plants = tuple(plants)
+        self.options = dict(options or {})
+        self.on_environment = on_environment
+        self._child: _Child | None = None
+        self._broken: dict[str, str] = {}
+        self.restarts = 0
+
+    # -- child lifecycle -------------------------------------------------
+    def _start(self, key: str) -> _Child | str:
+        parent_conn, child_conn = _CONTEXT.Pipe()
+        stage_slot = _CONTEXT.Value("i", _NO_STAGE, lock=False)
+        process = _CONTEXT.Process(
+            target=_serve,
+            args=(child_conn, str(self.matrix.path), self.plants, self.options, stage_slot),
+            name=f"dflash-cell-{key}",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        if not parent_conn.poll(STARTUP_TIMEOUT_S):
+            self._kill(process)
+            return f"lane did not start within {STARTUP_TIMEOUT_S:.0f} s"
+        try:
+            message = parent_conn.recv()
+        except EOFError:
+            process.join(5)
+            return f"lane failed to start: {_describe_exit(process.exitcode)}"
+        if message[0] == "broken":
+            process.join(5)
+            return f"lane failed to start: {message[1]}"
+        environment = message[1]
+        if self.on_environment is not None:
+            self.on_environment(environment)
+        return _Child(key, process, parent_conn, stage_slot, environment)
+
+    @staticmethod
+    def _kill(process: BaseProcess) -> None:
+        process.kill()
+        process.join(10)
+
+    def _retire(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            child.conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        child.process.join(10)
+        if child.process.is_alive():
+            self._kill(child.process)
+        child.conn.close()
+
+    def close(self) -> None:
+        self._retire()
+
+    # -- running ---------------------------------------------------------
+    def run(self, cell: Cell) -> Observation:
+        key = process_key(self.matrix, cell)
+        if key in self._broken:
+            return self._startup_failure(cell, self._broken[key])
+        if self._child is not None and self._child.key != key:
+            self._retire()
+        if self._child is None:
+            started = self._start(key)
+            if isinstance(started, str):
+                self._broken[key] = started
+                return self._startup_failure(cell, started)
+            self._child = started
+        child = self._child
+        child.conn.send(cell)
+        began = time.perf_counter()
+        if child.conn.poll(cell.timeout_s):
+            try:
+                kind, observation = child.conn.recv()
+                if kind == "observed":
+                    return observation  # type: ignore[no-any-return]
+            except EOFError:
+                pass
+            child.process.join(10)
+            return self._lost(cell, _describe_exit(child.process.exitcode), time.perf_counter() - began, timed_out=False)
+        return self._lost(cell, f"no result after {cell.timeout_s:g} s", time.perf_counter() - began, timed_out=True)
+
+    def _lost(self, cell: Cell, why: str, elapsed: float, timed_out: bool) -> Observation:
+        child = self._child
+        assert child is not None
+        stage_index = child.stage_slot.value
+        stage = Stage(STAGES[stage_index]) if stage_index != _NO_STAGE else Stage.CONFIG
+        if child.process.is_alive():
+            self._kill(child.process)
+        self._child = None
+        self.restarts += 1
+        kind = "Timeout" if timed_out else "ProcessDied"
+        return Observation(
+            requested_backend=cell.requested_backend,
+            failure=Failure(stage, kind, f"{why} during stage {stage.value}"),
+            timed_out=timed_out,
+            duration_s=elapsed,
+            details={"process_key": child.key, "exitcode": child.process.exitcode},
+        )
+
+    @staticmethod
+    def _startup_failure(cell: Cell, why: str) -> Observation:
+        return Observation(requested_backend=cell.requested_backend, failure=Failure(Stage.CONFIG, "LaneStartup", why))
+
+
+def run_matrix(
+    matrix: Matrix | str | Path,
+    plants: Sequence[str] = (),
+    cell_ids: Iterable[str] | None = None,
+    options: dict[str, Any] | None = None,
+) -> list[CellResult]:
+    """Run (some) cells of a matrix outside pytest and judge them: the API planted-fault tests use.
+
+    ``options`` overrides keys of the matrix's [options] table in the cell process.
+    """
+    if not isinstance(matrix, Matrix):
+        matrix = load_matrix(matrix)
+    expectations = expectations_for(matrix)
+    cells = expand(matrix)
+    if cell_ids is not None:
+        wanted = set(cell_ids)
+        unknown = wanted - {cell.id for cell in cells}
+        if unknown:
+            raise KeyError(f"no such cells in {matrix.path}: {sorted(unknown)}")
+        cells = tuple(cell for cell in cells if cell.id in wanted)
+    runner = CellRunner(matrix, plants, options=options)
+    try:
+        ordered = sorted(cells, key=lambda c: process_key(matrix, c))
+        return [decide(cell, runner.run(cell), expectations.for_cell(cell)) for cell in ordered]
+    finally:
+        runner.close()
