@@ -115,6 +115,11 @@ AXIS_NAMES: tuple[str, ...] = tuple(AXES_BY_NAME)
 REQUIRED_AXES: tuple[str, ...] = ("backend", "causal", "sink")
 
 
+# What every id built by ``cell_id`` looks like; ids read back from a journal are held to it,
+# so that no report ever has to escape one.
+CELL_ID = re.compile(r"^[A-Za-z0-9_.]+(?:-[A-Za-z0-9_.]+)*$")
+
+
 def cell_id(axes: dict[str, AxisValue]) -> str:
     """Readable id, e.g. ``sm90-FLASH_ATTN-noncausal-sink-bf16-v2``."""
     tokens = [AXES_BY_NAME[name].token(axes[name]) for name in AXIS_NAMES if name in axes]

@@ -4,10 +4,13 @@ Everything a crash or kill can reach is here first; reports are rebuilt from it.
 Each writer (a pytest process or xdist worker) owns one file, so no two processes
 ever append to the same file.
 
-    {"kind": "run",  "run": {...metadata...}, "planned": ["cell-id", ...]}
+    {"kind": "run",  "run": {"lane": "cpu", ...metadata...}, "planned": ["cell-id", ...], "at": "..."}
     {"kind": "env",  "env": {...}}       # the lane's environment, once its process is up
     {"kind": "cell", "cell": {...CellResult.to_json()...}}
     {"kind": "end",  "at": "2026-12-02T10:00:00+00:00"}
+
+The run metadata is free-form except for ``lane`` (required: it places the planned cells)
+and ``stale_expectations`` (optional list of strings); reports show every string value.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
+from harness.axes import CELL_ID
 from harness.errors import InputError
+from harness.matrix import LANES
 from harness.result import CellResult, RecordError
 
 JOURNAL_SUFFIX = ".jsonl"
@@ -34,6 +39,7 @@ class JournalWriter:
     def __init__(self, path: Path):
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_tail(path)
         self._handle: IO[str] = path.open("a", encoding="utf-8")
 
     def _append(self, record: dict[str, Any]) -> None:
@@ -42,7 +48,7 @@ class JournalWriter:
         os.fsync(self._handle.fileno())
 
     def start(self, run: dict[str, Any], planned: Iterable[str]) -> None:
-        self._append({"kind": "run", "run": run, "planned": list(planned)})
+        self._append({"kind": "run", "run": run, "planned": list(planned), "at": now_iso()})
 
     def env(self, env: dict[str, Any]) -> None:
         self._append({"kind": "env", "env": env})
@@ -57,6 +63,18 @@ class JournalWriter:
         self._handle.close()
 
 
+def _drop_torn_tail(path: Path) -> None:
+    """A run killed mid-write leaves a partial last line; a resumed run appending after it
+    would bury that fragment mid-file, where it reads as corruption. The cell it belonged
+    to never finished, so dropping the fragment loses nothing."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with path.open("r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
 @dataclass
 class JournalContents:
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -65,17 +83,20 @@ class JournalContents:
     cells: list[CellResult] = field(default_factory=list)
     ended: bool = False
     files: list[Path] = field(default_factory=list)
+    # (lane, cell id) for every planned cell: ids are unique within a lane only.
+    plan: list[tuple[str, str]] = field(default_factory=list)
+    started_at: str | None = None
+    ended_at: str | None = None
 
     @property
     def not_run(self) -> list[str]:
-        done = {cell.id for cell in self.cells}
-        seen: set[str] = set()
-        missing = []
-        for ident in self.planned:
-            if ident not in done and ident not in seen:
-                missing.append(ident)
-            seen.add(ident)
-        return missing
+        return [ident for _, ident in self.not_run_cells]
+
+    @property
+    def not_run_cells(self) -> list[tuple[str, str]]:
+        """Planned (lane, id) pairs that no cell record answers, in plan order."""
+        done = {(cell.lane, cell.id) for cell in self.cells}
+        return [key for key in dict.fromkeys(self.plan) if key not in done]
 
 
 def journal_files(paths: Iterable[str | Path]) -> list[Path]:
@@ -112,6 +133,8 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 # A torn last line is what a kill mid-write leaves; everything before it stands.
                 return
             raise InputError(path, f"line {number}", f"not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise InputError(path, f"line {number}", "JSON nested too deeply") from None
         if not isinstance(record, dict) or record.get("kind") not in ("run", "env", "cell", "end"):
             raise InputError(path, f"line {number}", "not a journal record", ("kind = run", "env", "cell", "end"))
         yield number, record
@@ -119,16 +142,21 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def read_journals(paths: Iterable[str | Path]) -> JournalContents:
     contents = JournalContents()
-    latest: dict[str, CellResult] = {}
+    latest: dict[tuple[str, str], CellResult] = {}
+    starts: list[str] = []
+    ends: list[str] = []
     for path in journal_files(paths):
         contents.files.append(path)
+        empty = True
         for number, record in _records(path):
+            empty = False
             kind = record["kind"]
             if kind == "run":
-                if not isinstance(record.get("run"), dict) or not isinstance(record.get("planned"), list):
-                    raise InputError(path, f"line {number}", "run record needs 'run' (object) and 'planned' (list)")
-                contents.runs.append(record["run"])
-                contents.planned.extend(str(p) for p in record["planned"])
+                run, planned = _run_record(path, number, record)
+                contents.runs.append(run)
+                contents.planned.extend(planned)
+                contents.plan.extend((run["lane"], ident) for ident in planned)
+                starts.extend(_stamp(path, number, record))
             elif kind == "env":
                 if not isinstance(record.get("env"), dict):
                     raise InputError(path, f"line {number}", "env record needs 'env' (object)")
@@ -138,8 +166,41 @@ def read_journals(paths: Iterable[str | Path]) -> JournalContents:
                     result = CellResult.from_json(record.get("cell"))
                 except RecordError as exc:
                     raise InputError(path, f"line {number}", str(exc)) from None
-                latest[result.id] = result  # a resumed or retried cell: the later record stands
+                latest[(result.lane, result.id)] = result  # a resumed or retried cell: the later record stands
             else:
                 contents.ended = True
+                ends.extend(_stamp(path, number, record))
+        if empty:
+            raise InputError(path, "", "empty journal: no run, env, cell or end record")
     contents.cells = list(latest.values())
+    # ISO-8601 UTC stamps written by now_iso() order as text.
+    contents.started_at = min(starts, default=None)
+    contents.ended_at = max(ends, default=None)
     return contents
+
+
+def _run_record(path: Path, number: int, record: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    run, planned = record.get("run"), record.get("planned")
+    where = f"line {number}"
+    if not isinstance(run, dict) or not isinstance(planned, list):
+        raise InputError(path, where, "run record needs 'run' (object) and 'planned' (list)")
+    if run.get("lane") not in LANES:
+        raise InputError(path, f"{where}: run.lane", f"{run.get('lane')!r} is not a lane", LANES)
+    for ident in planned:
+        if not isinstance(ident, str) or not CELL_ID.match(ident):
+            raise InputError(path, f"{where}: planned", f"{ident!r} is not a cell id")
+    stale = run.get("stale_expectations", [])
+    if not isinstance(stale, list) or not all(isinstance(line, str) for line in stale):
+        raise InputError(path, f"{where}: run.stale_expectations", "must be a list of strings")
+    return run, planned
+
+
+def _stamp(path: Path, number: int, record: dict[str, Any]) -> list[str]:
+    at = record.get("at")
+    if at is None:
+        return []
+    try:
+        datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        raise InputError(path, f"line {number}: at", f"{at!r} is not an ISO-8601 time") from None
+    return [at]

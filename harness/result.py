@@ -11,8 +11,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.axes import CELL_ID
 from harness.expectations import Expectation
-from harness.matrix import Cell
+from harness.matrix import LANES, Cell
 from harness.observation import Claim, Observation
 from harness.verdict import STAGES, VERDICTS, ClaimGap, Outcome, Stage, Verdict, claim_gap, judge, outcome
 
@@ -72,53 +73,59 @@ class CellResult:
 
     @classmethod
     def from_json(cls, data: object) -> CellResult:
+        """Read a stored record back, trusting nothing: a journal may be truncated, hand-edited
+        or hostile. Derived fields (outcome, claim_gap) are recomputed, and a stored value that
+        contradicts them is refused rather than reported."""
         if not isinstance(data, dict):
             raise RecordError("a cell record must be a JSON object")
         try:
-            verdict, expected = data["verdict"], data["expected"]
-            for key, value in (("verdict", verdict), ("expected", expected)):
-                if value not in VERDICTS:
-                    raise RecordError(f"{key} {value!r} is not a verdict (valid: {', '.join(VERDICTS)})")
-            stage = data.get("stage")
-            if stage is not None and stage not in STAGES:
-                raise RecordError(f"stage {stage!r} is not a stage (valid: {', '.join(STAGES)})")
-            claim = data.get("claim")
-            gap = data.get("claim_gap")
+            verdict = Verdict(_choice(data, "verdict", VERDICTS))
+            expected = Verdict(_choice(data, "expected", VERDICTS))
+            stage = Stage(_choice(data, "stage", STAGES)) if data.get("stage") is not None else None
+            message = _optional_text(data, "message") or ""
+            expected_message = _optional_text(data, "expected_message")
+            claim = _claim(data.get("claim"))
+            how = _outcome(verdict, expected, expected_message, message)
+            if data.get("outcome", how.value) != how.value:
+                raise RecordError(f"outcome {data['outcome']!r} contradicts verdict {verdict} / expected {expected}")
+            gap = claim_gap(claim, verdict)
+            if data.get("claim_gap") != (gap.value if gap else None):
+                raise RecordError(f"claim_gap {data.get('claim_gap')!r} contradicts claim and verdict {verdict}")
+            ident = _text(data["id"], "id")
+            if not CELL_ID.match(ident):
+                raise RecordError(f"id {ident!r} is not a cell id (letters, digits, '_' and '.', joined by '-')")
+            details = data.get("details") or {}
+            if not isinstance(details, dict):
+                raise RecordError("details must be an object")
             return cls(
-                id=_text(data["id"], "id"),
-                lane=_text(data["lane"], "lane"),
-                axes=dict(data["axes"]),
-                requested_backend=data.get("requested_backend"),
-                observed_backends=tuple(str(b) for b in data.get("observed_backends", ())),
-                platform_choice=data.get("platform_choice"),
-                verdict=Verdict(verdict),
-                expected=Verdict(expected),
-                expected_reason=str(data.get("expected_reason", "")),
-                expected_message=data.get("expected_message"),
-                outcome=Outcome(data.get("outcome", outcome(Verdict(verdict), Verdict(expected)).value)),
-                stage=Stage(stage) if stage else None,
-                message=str(data.get("message", "")),
+                id=ident,
+                lane=_choice(data, "lane", LANES),
+                axes=_axes(data["axes"]),
+                requested_backend=_optional_text(data, "requested_backend"),
+                observed_backends=_texts(data.get("observed_backends", []), "observed_backends"),
+                platform_choice=_optional_text(data, "platform_choice"),
+                verdict=verdict,
+                expected=expected,
+                expected_reason=_optional_text(data, "expected_reason") or "",
+                expected_message=expected_message,
+                outcome=how,
+                stage=stage,
+                message=message,
                 max_abs_err=_float_or_none(data.get("max_abs_err")),
                 tolerance=_float_or_none(data.get("tolerance")),
-                claim=Claim(bool(claim["supported"]), tuple(str(r) for r in claim.get("reasons", ()))) if claim else None,
-                claim_gap=ClaimGap(gap) if gap else None,
-                duration_s=float(data.get("duration_s", 0.0)),
-                details=dict(data.get("details") or {}),
+                claim=claim,
+                claim_gap=gap,
+                duration_s=_float_or_none(data.get("duration_s", 0.0)) or 0.0,
+                details=details,
             )
         except KeyError as exc:
             raise RecordError(f"missing key {exc.args[0]!r}") from None
-        except (TypeError, ValueError, AttributeError) as exc:
-            if isinstance(exc, RecordError):
-                raise
-            raise RecordError(f"malformed field: {exc}") from None
 
 
 def decide(cell: Cell, observation: Observation, expectation: Expectation) -> CellResult:
     """The one place where an observation meets its expectation."""
     judgement = judge(observation)
-    how = outcome(judgement.verdict, expectation.verdict)
-    if how == Outcome.MATCH and expectation.message and expectation.message not in judgement.message:
-        how = Outcome.CHANGED  # right verdict, wrong reason: the cell fails for a reason nobody vetted
+    how = _outcome(judgement.verdict, expectation.verdict, expectation.message, judgement.message)
     return CellResult(
         id=cell.id,
         lane=cell.lane,
@@ -142,6 +149,50 @@ def decide(cell: Cell, observation: Observation, expectation: Expectation) -> Ce
     )
 
 
+def _outcome(verdict: Verdict, expected: Verdict, expected_message: str | None, message: str) -> Outcome:
+    how = outcome(verdict, expected)
+    if how == Outcome.MATCH and expected_message and expected_message not in message:
+        return Outcome.CHANGED  # right verdict, wrong reason: the cell fails for a reason nobody vetted
+    return how
+
+
+def _choice(data: dict[str, Any], key: str, choices: tuple[str, ...]) -> str:
+    value = data[key]
+    if not isinstance(value, str) or value not in choices:
+        raise RecordError(f"{key} {value!r} is not one of: {', '.join(choices)}")
+    return value
+
+
+def _optional_text(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise RecordError(f"{key} must be a string or null, not {type(value).__name__}")
+    return value
+
+
+def _texts(value: object, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise RecordError(f"{key} must be a list of strings")
+    return tuple(value)
+
+
+def _axes(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict) or not value:
+        raise RecordError("axes must be a non-empty object of axis = value")
+    for name, axis_value in value.items():
+        if not isinstance(axis_value, str | int | float | bool):
+            raise RecordError(f"axes.{name} must be a string, number or boolean")
+    return dict(value)
+
+
+def _claim(value: object) -> Claim | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("supported"), bool):
+        raise RecordError("claim must be null or an object with a boolean 'supported'")
+    return Claim(value["supported"], _texts(value.get("reasons", []), "claim.reasons"))
+
+
 def _text(value: object, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise RecordError(f"{key} must be a non-empty string")
@@ -160,4 +211,8 @@ def _float_or_none(value: object) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise RecordError(f"{value!r} is not a number")
-    return float(value)
+    try:
+        # Strings only for what to_json writes for non-finite errors ("nan", "inf").
+        return float(value)
+    except ValueError:
+        raise RecordError(f"{value!r} is not a number") from None
