@@ -13,6 +13,7 @@ capability) expose ``process_key(cell)``; cells with another key get another chi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import multiprocessing
@@ -184,10 +185,8 @@ class CellRunner:
         child, self._child = self._child, None
         if child is None:
             return
-        try:
+        with contextlib.suppress(OSError):  # it may be dead already
             child.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
         child.process.join(10)
         if child.process.is_alive():
             self._kill(child.process)
@@ -197,30 +196,49 @@ class CellRunner:
         self._retire()
 
     # -- running ---------------------------------------------------------
-    def run(self, cell: Cell) -> Observation:
-        key = process_key(self.matrix, cell)
+    def _ready_child(self, key: str) -> _Child | str:
+        """The warm child for this key, started if need be; a string says why none could start."""
         if key in self._broken:
-            return self._startup_failure(cell, self._broken[key])
-        if self._child is not None and self._child.key != key:
+            return self._broken[key]
+        if self._child is not None and (self._child.key != key or not self._child.process.is_alive()):
+            # A child that died between cells (OOM killer, a runtime's watchdog thread) owes
+            # the next cell nothing: that cell gets a fresh process instead of the blame.
             self._retire()
         if self._child is None:
             started = self._start(key)
             if isinstance(started, str):
                 self._broken[key] = started
-                return self._startup_failure(cell, started)
+                return started
             self._child = started
-        child = self._child
-        child.conn.send(cell)
+        return self._child
+
+    def run(self, cell: Cell) -> Observation:
+        key = process_key(self.matrix, cell)
+        for _ in range(2):
+            child = self._ready_child(key)
+            if isinstance(child, str):
+                return self._startup_failure(cell, child)
+            # The slot still holds the stage the previous cell ended in; a death before this
+            # cell logs its first stage must not be reported at that stage.
+            child.stage_slot.value = _NO_STAGE
+            try:
+                child.conn.send(cell)
+                break
+            except OSError:  # it died after the liveness check, still before this cell began
+                self._retire()
+        else:
+            return self._startup_failure(cell, "cell process died twice before the cell began")
         began = time.perf_counter()
         if child.conn.poll(cell.timeout_s):
             try:
                 kind, observation = child.conn.recv()
                 if kind == "observed":
-                    return observation  # type: ignore[no-any-return]
+                    return observation
             except EOFError:
                 pass
             child.process.join(10)
-            return self._lost(cell, _describe_exit(child.process.exitcode), time.perf_counter() - began, timed_out=False)
+            elapsed = time.perf_counter() - began
+            return self._lost(cell, _describe_exit(child.process.exitcode), elapsed, timed_out=False)
         return self._lost(cell, f"no result after {cell.timeout_s:g} s", time.perf_counter() - began, timed_out=True)
 
     def _lost(self, cell: Cell, why: str, elapsed: float, timed_out: bool) -> Observation:
