@@ -7,7 +7,9 @@ every kind of fault and check the harness reports each one exactly::
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
 Actions: pass (default), abort, segfault, exit, hang, raise, mismatch, reject,
-substitute, lose-request, unavailable. It never stands in for a real lane's evidence.
+substitute, lose-request, unavailable. ``sleep_s = 0.3`` makes every forward stage
+take that long, so a test can kill a run while it is mid-matrix. It never stands in
+for a real lane's evidence.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class FakeLane:
         if unknown:
             raise ValueError(f"unknown fake actions {unknown}; valid: {', '.join(ACTIONS)}")
         self.actions: dict[str, str] = dict(actions)
+        sleep_s = matrix.options.get("sleep_s", 0.0)
+        if isinstance(sleep_s, bool) or not isinstance(sleep_s, int | float) or sleep_s < 0:
+            raise ValueError(f"sleep_s = {sleep_s!r} is not a number of seconds")
+        self.sleep_s = float(sleep_s)
         self.pid = os.getpid()
 
     def environment(self) -> Mapping[str, str]:
@@ -62,7 +68,8 @@ class FakeLane:
             return Observation(requested, unavailable=f"{requested} is not installed here", details=details)
         stage_log(Stage.SELECT)
         if action == "reject":
-            return Observation(requested, rejection=("attention sinks not supported",), claim=Claim(False, ("attention sinks not supported",)))
+            reasons = ("attention sinks not supported",)
+            return Observation(requested, rejection=reasons, claim=Claim(False, reasons), details=details)
         stage_log(Stage.BUILD)
         observed = backend
         choice = backend
@@ -71,6 +78,7 @@ class FakeLane:
         elif action == "lose-request":
             observed = "FAKE_OTHER"
         stage_log(Stage.FORWARD)
+        time.sleep(self.sleep_s)
         if action == "abort":
             os.abort()
         if action == "segfault":
