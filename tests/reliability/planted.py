@@ -1,0 +1,97 @@
+"""Planted-fault matrices on the fake lane, and running them the way CI does.
+
+The fake lane (harness.lanes.fake) plants one fault per cell id; these tests check
+the harness reports each one exactly and loses nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
+
+
+def cell_ids(backends: Sequence[str]) -> list[str]:
+    """The fake matrix's cells, in expansion order."""
+    return [f"{backend}-{rest}" for backend in backends for rest in CAUSAL_SINK]
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f'"{k}" = {_toml_value(v)}' for k, v in value.items()) + " }"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(value)
+
+
+def write_fake_matrix(
+    folder: Path,
+    name: str,
+    backends: Sequence[str],
+    actions: Mapping[str, str] | None = None,
+    timeout_s: float = 30,
+    sleep_s: float = 0.0,
+    expect: Sequence[tuple[str, str, str | None]] | None = None,
+) -> Path:
+    """A backend x causal x sink matrix; ``expect`` = (cell id, verdict, message substring) rules."""
+    lines = ["[matrix]", f'name = "{name}"', 'lane = "fake"', f"timeout_s = {timeout_s!r}"]
+    if expect is not None:
+        lines.append(f'expectations = "{name}-expect.toml"')
+        rules = ["[expectations]", 'default = "pass"']
+        for ident, verdict, message in expect:
+            backend, causal, sink = ident.split("-")
+            rules += [
+                "[[expect]]",
+                f'when = {{ backend = "{backend}", causal = {_toml_value(causal == "causal")}, '
+                f"sink = {_toml_value(sink == 'sink')} }}",
+                f'verdict = "{verdict}"',
+                f'reason = "planted {verdict} in {ident}"',
+            ]
+            if message is not None:
+                rules.append(f'message = "{message}"')
+        (folder / f"{name}-expect.toml").write_text("\n".join(rules) + "\n")
+    lines += ["[axes]", f"backend = {_toml_value(list(backends))}", "causal = [true, false]", "sink = [true, false]"]
+    lines += ["[options]", f"actions = {_toml_value(actions or {})}", f"sleep_s = {sleep_s!r}"]
+    path = folder / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def inner_env() -> dict[str, str]:
+    """This environment minus what would make an inner pytest think it is a worker of the outer one."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+
+
+def matrix_pytest_argv(matrix: Path, report_dir: Path, *extra: str) -> list[str]:
+    # An ini file of its own: the inner run must not pick up this repository's pytest settings.
+    ini = matrix.parent / "inner-pytest.ini"
+    ini.write_text("[pytest]\n")
+    return [
+        *(sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(matrix.parent)),
+        *("-p", "no:cacheprovider", "-q", "--matrix", str(matrix), "--report-dir", str(report_dir), *extra),
+    ]
+
+
+def run_matrix_pytest(
+    matrix: Path, report_dir: Path, *extra: str, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`pytest --matrix ...` in a subprocess, as CI runs it."""
+    return subprocess.run(
+        matrix_pytest_argv(matrix, report_dir, *extra),
+        cwd=matrix.parent,
+        env=inner_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

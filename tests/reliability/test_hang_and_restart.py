@@ -1,0 +1,63 @@
+"""A hung cell becomes `timeout` and costs nothing else; a dead cell process is replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from harness.matrix import expand, load_matrix
+from harness.runner import CellRunner, run_matrix
+from harness.verdict import Stage, Verdict
+
+from .planted import cell_ids, write_fake_matrix
+
+CELLS = cell_ids(["A_ATTN"])
+
+
+def test_hung_cell_times_out_and_the_next_cells_run_in_a_new_process(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "hang", ["A_ATTN"], {"A_ATTN-causal-nosink": "hang"}, timeout_s=1)
+
+    results = run_matrix(path)
+
+    assert [r.id for r in results] == CELLS
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.TIMEOUT, Verdict.PASS, Verdict.PASS]
+    hung = results[1]
+    assert hung.stage == Stage.FORWARD
+    assert hung.message == "no result after 1 s during stage forward"
+    assert hung.details["exitcode"] == -signal.SIGKILL
+    assert 1.0 <= hung.duration_s < 10
+    before, after, last = (results[i].details["pid"] for i in (0, 2, 3))
+    assert before != after, "the hung process must have been replaced"
+    assert after == last, "the replacement stays warm for the cells after it"
+
+
+def test_process_that_died_between_cells_is_replaced_without_blaming_the_next_cell(tmp_path: Path) -> None:
+    matrix = load_matrix(write_fake_matrix(tmp_path, "idle", ["A_ATTN"]))
+    cells = expand(matrix)
+    runner = CellRunner(matrix)
+    try:
+        first = runner.run(cells[0])
+        assert first.failure is None
+        # What the OOM killer or a runtime's watchdog does to a warm, idle cell process.
+        os.kill(first.details["pid"], signal.SIGKILL)
+        time.sleep(0.2)
+        second = runner.run(cells[1])
+        third = runner.run(cells[2])
+    finally:
+        runner.close()
+    assert second.failure is None and not second.timed_out
+    assert second.details["pid"] != first.details["pid"]
+    assert third.details["pid"] == second.details["pid"]
+
+
+def test_lane_that_cannot_start_fails_every_cell_at_config_with_the_reason(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "broken", ["A_ATTN"], {"A_ATTN-causal-sink": "explode"})
+
+    results = run_matrix(path)
+
+    assert [r.id for r in results] == CELLS
+    assert {r.verdict for r in results} == {Verdict.CRASH}
+    assert {r.stage for r in results} == {Stage.CONFIG}
+    assert all("unknown fake actions ['explode']" in r.message for r in results)
