@@ -198,4 +198,3 @@ def render_markdown_text(report: RunReport) -> str:
 
 def render_markdown(report: RunReport) -> bytes:
     return render_markdown_text(report).encode("utf-8")
-

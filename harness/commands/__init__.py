@@ -1,0 +1,1 @@
+"""Subcommands of ``dflash-matrix``, one module each (see ``harness.cli.COMMANDS``)."""

@@ -1,0 +1,56 @@
+"""List a matrix's cells with the verdict each is expected to get, and any stale expectation rules.
+
+Plain text by default, one cell per line: id, expected verdict, the reason (and the
+message the verdict must carry, when the rule asks for one). --json prints the same as
+an object. Stale rules (rules that decide no cell) are listed after the cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from harness.expectations import describe_stale, expectations_for
+from harness.matrix import expand, load_matrix
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("matrix", metavar="MATRIX", help="matrix file (matrices/*.toml)")
+    parser.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+
+
+def run(args: argparse.Namespace) -> int:
+    matrix = load_matrix(args.matrix)
+    expectations = expectations_for(matrix)
+    cells = expand(matrix)
+    stale = describe_stale(expectations, cells)
+    rows: list[dict[str, Any]] = []
+    for cell in cells:
+        expectation = expectations.for_cell(cell)
+        rows.append(
+            {
+                "id": cell.id,
+                "axes": cell.values,
+                "expected": expectation.verdict.value,
+                "reason": expectation.describe(),
+                "message": expectation.message,
+                "tolerance": cell.tolerance,
+                "timeout_s": cell.timeout_s,
+            }
+        )
+    if args.json:
+        document = {"matrix": matrix.name, "lane": matrix.lane, "cells": rows, "stale_expectations": stale}
+        print(json.dumps(document, indent=2))
+        return 0
+    width = max((len(row["id"]) for row in rows), default=0)
+    verdict_width = max((len(row["expected"]) for row in rows), default=0)
+    print(f"# {matrix.name} ({matrix.lane} lane): {len(rows)} cells")
+    for row in rows:
+        must = f" [message contains {row['message']!r}]" if row["message"] else ""
+        print(f"{row['id']:<{width}}  {row['expected']:<{verdict_width}}  {row['reason']}{must}")
+    if stale:
+        print(f"# {len(stale)} stale expectation rule(s):")
+        for line in stale:
+            print(f"stale: {line}")
+    return 0
