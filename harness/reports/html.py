@@ -1,0 +1,210 @@
+"""matrix.html: one self-contained page (inline CSS and JS, no network) for people.
+
+The grid (multi-device view) is rendered by Jinja with autoescaping. The per-cell list
+can hold 100k cells, so it is shipped once as compact JSON (strings interned in a
+table, one array of small integers per cell) and drawn page by page in the browser
+with ``textContent``: markup in a test's output is only ever text. The JSON sits in a
+``<script type="application/json">`` block written with Jinja's ``tojson``, which
+escapes ``<``, ``>``, ``&`` and ``'``, so a message holding ``</script>`` cannot end
+the block.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from harness.reports.device_grid import (
+    CLAIM_GAP,
+    CONFLICT,
+    MISSED,
+    SYMBOLS,
+    VERDICT_ORDER,
+    Entry,
+    build_grids,
+    row_label,
+)
+from harness.reports.merge import MergedReport
+from harness.verdict import Outcome
+
+# Columns of each cell's array in the embedded data, in order.
+CELL_FIELDS = (
+    "run",
+    "id",
+    "backend",
+    "observed",
+    "verdict",
+    "expected",
+    "outcome",
+    "stage",
+    "message",
+    "reason",
+    "claim",
+    "gap",
+    "axes",
+    "error",
+    "duration",
+    "conflict",
+)
+MAX_SECTION_ITEMS = 500
+MAX_TITLE_REASONS = 8
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("harness.reports", "templates"),
+        autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    return env
+
+
+class _Strings:
+    """Interning table: the same message, axes or run across 100k cells is stored once."""
+
+    def __init__(self) -> None:
+        self.table: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, value: object) -> int:
+        text = "" if value is None else str(value)
+        index = self._index.get(text)
+        if index is None:
+            index = self._index[text] = len(self.table)
+            self.table.append(text)
+        return index
+
+
+def cell_data(report: MergedReport) -> dict[str, Any]:
+    strings = _Strings()
+    runs = report.run_by_key()
+    rows = []
+    # What needs a person's attention first: missed expectations, then the worst verdicts.
+    ordered = sorted(
+        report.rows, key=lambda r: (r.cell.outcome == Outcome.MATCH, -VERDICT_ORDER.index(r.cell.verdict))
+    )
+    for row in ordered:
+        cell = row.cell
+        claim = ""
+        if cell.claim is not None:
+            claim = ("claims support" if cell.claim.supported else "claims no support") + (
+                ": " + "; ".join(cell.claim.reasons) if cell.claim.reasons else ""
+            )
+        error = ""
+        if cell.max_abs_err is not None:
+            error = f"{cell.max_abs_err:.3g}" + (f" / {cell.tolerance:.3g}" if cell.tolerance is not None else "")
+        axes = " ".join(f"{k}={v}" for k, v in cell.axes.items() if k not in ("backend",))
+        rows.append(
+            [
+                strings(row.run),
+                strings(cell.id),
+                strings(cell.requested_backend or "auto"),
+                strings(", ".join(cell.observed_backends)),
+                strings(cell.verdict.value),
+                strings(cell.expected.value),
+                strings(cell.outcome.value),
+                strings(cell.stage.value if cell.stage else ""),
+                strings(cell.message),
+                strings(cell.expected_reason),
+                strings(claim),
+                strings(cell.claim_gap.value if cell.claim_gap else ""),
+                strings(axes),
+                strings(error),
+                round(cell.duration_s, 2),
+                1 if row.conflict else 0,
+            ]
+        )
+    return {
+        "fields": list(CELL_FIELDS),
+        "strings": strings.table,
+        "cells": rows,
+        "runs": {
+            run.key: {"label": run.label, "lane": run.lane, "device": run.device, "vllm": run.vllm_version}
+            for run in runs.values()
+        },
+    }
+
+
+def _entry_view(entry: Entry) -> dict[str, Any]:
+    shown, hidden = entry.reasons(MAX_TITLE_REASONS)
+    title = "\n".join(f"{count}x {text}" for text, count in shown) + (f"\n… {hidden} more" if hidden else "")
+    verdicts = sorted({row.cell.verdict.value for row in entry.rows})
+    return {
+        "worst": entry.worst.value,
+        "symbol": SYMBOLS[entry.worst],
+        "summary": entry.summary(),
+        "missed": entry.missed,
+        "gaps": entry.claim_gaps,
+        "conflicts": entry.conflicts,
+        "verdicts": " ".join(verdicts),
+        "title": title,
+        "reasons": shown,
+        "hidden": hidden,
+        "quiet": entry.worst.value == "pass" and not entry.missed and not entry.claim_gaps,
+    }
+
+
+def render_html(report: MergedReport, generated: str | None = None) -> str:
+    grids = []
+    for grid in build_grids(report):
+        rows = []
+        for key in grid.rows:
+            entries = []
+            for column in grid.columns:
+                entry = grid.entry(key, column)
+                entries.append(_entry_view(entry) if entry else None)
+            rows.append({"label": row_label(key), "backend": key[0], "entries": entries})
+        grids.append(
+            {
+                "lane": grid.lane,
+                "columns": [
+                    {"label": c.label, "device": c.run.device, "vllm": c.run.vllm_version, "key": c.key}
+                    for c in grid.columns
+                ],
+                "rows": rows,
+            }
+        )
+    counts: dict[str, int] = {}
+    for row in report.rows:
+        counts[row.run] = counts.get(row.run, 0) + 1
+    runs = [
+        {
+            "run": run,
+            "cells": counts.get(run.key, 0),
+            "extra": {
+                k: v
+                for k, v in sorted(run.meta.items())
+                if k not in ("lane", "platform", "device", "vllm_version", "torch_version", "stale_expectations")
+            },
+        }
+        for run in report.runs
+    ]
+    missed = sum(1 for row in report.rows if row.cell.outcome != Outcome.MATCH)
+    summary = report.summary()
+    template = _environment().get_template("matrix.html.j2")
+    return template.render(
+        nonce=secrets.token_urlsafe(16),
+        generated=generated or datetime.now(UTC).isoformat(timespec="seconds"),
+        summary=summary,
+        verdict_order=[v.value for v in VERDICT_ORDER],
+        verdict_counts=[(v.value, SYMBOLS[v], summary["verdicts"].get(v.value, 0)) for v in VERDICT_ORDER],
+        symbols={v.value: s for v, s in SYMBOLS.items()},
+        marks={"missed": MISSED, "gap": CLAIM_GAP, "conflict": CONFLICT},
+        missed=missed,
+        runs=runs,
+        grids=grids,
+        backends=sorted({row.cell.requested_backend or "auto" for row in report.rows}),
+        devices=sorted({run.device for run in report.runs}),
+        versions=sorted({run.vllm_version for run in report.runs}),
+        conflicts=[c.to_json() for c in report.conflicts][:MAX_SECTION_ITEMS],
+        junit_conflicts=[c.to_json() for c in report.junit_conflicts][:MAX_SECTION_ITEMS],
+        conflict_total=len(report.conflicts) + len(report.junit_conflicts),
+        not_run=report.not_run[:MAX_SECTION_ITEMS],
+        not_run_total=len(report.not_run),
+        stale=[str(item) for item in report.stale_expectations][:MAX_SECTION_ITEMS],
+        data=cell_data(report),
+    )

@@ -1,0 +1,230 @@
+"""Reading finished reports back in: matrix.json files, journals and JUnit files.
+
+Everything here is untrusted: it comes from other runners, other machines, or an
+attacker's pull request artifacts. XML is parsed with defusedxml (entities, DTDs
+and external references refused); every problem becomes one InputError line that
+names the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from xml.etree.ElementTree import ParseError
+
+import defusedxml.ElementTree
+from defusedxml import DefusedXmlException
+from junitparser import JUnitXml, JUnitXmlError
+
+from harness.errors import InputError
+from harness.journal import JOURNAL_SUFFIX, read_journals
+from harness.reports.model import run_report
+from harness.result import CellResult, RecordError
+
+SCHEMA = "dflash-matrix/1"
+
+# The run metadata that tells two runs apart. Start/end times are left out on purpose:
+# xdist workers and resumed runs of one job start at different times but are one run.
+RUN_KEY_FIELDS = ("lane", "platform", "device", "vllm_version", "torch_version")
+_ALIASES = {"vllm_version": ("vllm",), "torch_version": ("torch",)}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One lane run on one machine with one vLLM/torch build: a column family of the matrix."""
+
+    lane: str
+    platform: str
+    device: str
+    vllm_version: str
+    torch_version: str
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        return " / ".join(
+            (self.lane, self.platform, self.device, f"vllm {self.vllm_version}", f"torch {self.torch_version}")
+        )
+
+    @property
+    def slot(self) -> str:
+        """The same machine and lane, whatever the versions: what a nightly diff pairs up."""
+        return " / ".join((self.lane, self.platform, self.device))
+
+    @property
+    def label(self) -> str:
+        return f"{self.device} · vLLM {self.vllm_version}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.meta, **{name: getattr(self, name) for name in RUN_KEY_FIELDS}, "key": self.key}
+
+
+def run_from_meta(meta: Mapping[str, Any]) -> Run:
+    def pick(name: str) -> str:
+        for key in (name, *_ALIASES.get(name, ())):
+            value = meta.get(key)
+            if value not in (None, ""):
+                return str(value)
+        return "unknown"
+
+    return Run(**{name: pick(name) for name in RUN_KEY_FIELDS}, meta=dict(meta))
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """One run's cells as one file reported them."""
+
+    source: str
+    run: Run
+    cells: tuple[CellResult, ...]
+    not_run: tuple[str, ...] = ()
+    stale_expectations: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class JUnitInput:
+    source: str
+    xml: JUnitXml
+
+
+@dataclass(frozen=True)
+class Inputs:
+    results: tuple[RunResults, ...]
+    junit: tuple[JUnitInput, ...]
+
+
+_KINDS = "a .json matrix report, a .jsonl journal, a .xml JUnit file, or a directory holding them"
+
+
+def input_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named directly, and every report file inside a named directory (recursively)."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            inside = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl", ".xml"))
+            if not inside:
+                raise InputError(path, "", "directory holds no report files", (_KINDS,))
+            found.extend(inside)
+        elif not path.exists():
+            raise InputError(path, "", "no such file or directory")
+        elif path.suffix not in (".json", ".jsonl", ".xml"):
+            raise InputError(path, "", "unknown input type", (_KINDS,))
+        else:
+            found.append(path)
+    return found
+
+
+def load_inputs(paths: Iterable[str | Path]) -> Inputs:
+    results: list[RunResults] = []
+    junit: list[JUnitInput] = []
+    for path in input_files(paths):
+        if path.suffix == ".xml":
+            junit.append(JUnitInput(str(path), read_junit(path)))
+        elif path.suffix == JOURNAL_SUFFIX:
+            results.append(read_journal(path))
+        else:
+            results.extend(read_matrix_json(path))
+    return Inputs(tuple(results), tuple(junit))
+
+
+def read_junit(path: Path) -> JUnitXml:
+    try:
+        xml = JUnitXml.fromfile(str(path), parse_func=defusedxml.ElementTree.parse)
+    except DefusedXmlException as exc:
+        raise InputError(path, "", f"unsafe XML refused ({type(exc).__name__})") from None
+    except ParseError as exc:
+        raise InputError(path, "", f"not well-formed XML ({exc})") from None
+    except JUnitXmlError:
+        raise InputError(path, "", "not a JUnit report: wrong root element", ("testsuites", "testsuite")) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, "", f"cannot read ({exc})") from None
+    return xml
+
+
+def read_journal(path: Path) -> RunResults:
+    # One file at a time: each journal is one writer of one run, and runs must stay apart.
+    report = run_report(read_journals([path]))
+    return RunResults(str(path), run_from_meta(report.run), report.cells, report.not_run, report.stale_expectations)
+
+
+def load_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(path, "", f"cannot read ({exc})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, "", f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise InputError(path, "", "JSON nested too deeply") from None
+
+
+def read_matrix_json(path: Path) -> list[RunResults]:
+    """A single-run matrix.json (``run``) or a merged one (``runs``, cells tagged with ``run``)."""
+    data = load_json(path)
+    if not isinstance(data, dict):
+        raise InputError(path, "", "not a matrix report: expected a JSON object")
+    if data.get("schema") != SCHEMA:
+        raise InputError(path, "schema", f"{data.get('schema')!r} is not a known report schema", (SCHEMA,))
+    cells = data.get("cells")
+    if not isinstance(cells, list):
+        raise InputError(path, "cells", "must be a list of cell records")
+    stale = tuple(data.get("stale_expectations") or ())
+    if isinstance(data.get("run"), dict):
+        run = run_from_meta(data["run"])
+        return [RunResults(str(path), run, _cells(path, cells), _id_list(path, data.get("not_run")), stale)]
+    if not isinstance(data.get("runs"), list):
+        raise InputError(path, "run", "missing: a report needs 'run' (one run) or 'runs' (merged)", ("run", "runs"))
+    runs: dict[str, Run] = {}
+    for index, meta in enumerate(data["runs"]):
+        if not isinstance(meta, dict) or not isinstance(meta.get("key"), str):
+            raise InputError(path, f"runs[{index}]", "must be an object with a 'key'")
+        runs[meta["key"]] = run_from_meta({k: v for k, v in meta.items() if k != "key"})
+    by_run: dict[str, list[CellResult]] = {key: [] for key in runs}
+    for index, record in enumerate(cells):
+        key = record.get("run") if isinstance(record, dict) else None
+        if key not in runs:
+            raise InputError(path, f"cells[{index}].run", f"{key!r} names no run in 'runs'", tuple(runs)[:5])
+        by_run[key].append(_cell(path, index, record))
+    missing: dict[str, list[str]] = {key: [] for key in runs}
+    for index, item in enumerate(data.get("not_run") or ()):
+        if not isinstance(item, dict) or item.get("run") not in runs or not isinstance(item.get("id"), str):
+            raise InputError(path, f"not_run[{index}]", "must be an object with 'run' (a run key) and 'id'")
+        missing[item["run"]].append(item["id"])
+    return [
+        RunResults(str(path), run, tuple(by_run[key]), tuple(missing[key]), stale if index == 0 else ())
+        for index, (key, run) in enumerate(runs.items())
+    ]
+
+
+def _cells(path: Path, records: list[Any]) -> tuple[CellResult, ...]:
+    return tuple(_cell(path, index, record) for index, record in enumerate(records))
+
+
+def _cell(path: Path, index: int, record: object) -> CellResult:
+    try:
+        return CellResult.from_json(record)
+    except RecordError as exc:
+        raise InputError(path, f"cells[{index}]", str(exc)) from None
+
+
+def _id_list(path: Path, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise InputError(path, "not_run", "must be a list of cell ids")
+    # Plain ids, or objects carrying one: both are how a report may list what never ran.
+    ids = []
+    for index, item in enumerate(value):
+        if isinstance(item, str):
+            ids.append(item)
+        elif isinstance(item, dict) and isinstance(item.get("id"), str):
+            ids.append(item["id"])
+        else:
+            raise InputError(path, f"not_run[{index}]", "must be a cell id")
+    return tuple(ids)

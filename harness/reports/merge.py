@@ -1,0 +1,258 @@
+"""Merging many runs into one report: shards, xdist workers, one job per GPU, several vLLM versions.
+
+A cell is identified by (run, cell id). The same cell on two devices or two vLLM
+versions is two runs, so two rows: nothing ever overwrites across runs. Within one
+run, a record seen twice with the same verdict collapses (a journal and the
+matrix.json built from it, or a shard uploaded twice); a record seen twice with
+different verdicts is a conflict: the worse verdict is kept and the conflict is
+listed, never resolved silently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from junitparser import JUnitXml
+
+from harness.atomic import write_all_atomic
+from harness.errors import InputError
+from harness.reports.device_grid import VERDICT_ORDER, render_markdown
+from harness.reports.inputs import SCHEMA, Inputs, Run, RunResults, load_inputs
+from harness.reports.junit_merge import JUnitConflict, merge_junit
+from harness.result import CellResult
+from harness.verdict import ClaimGap, Outcome
+
+NAME = "merge"
+HELP = "combine reports (JUnit, matrix.json, journals) from many shards, runners and versions into one"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One cell of one run reported with different verdicts by different inputs."""
+
+    run: str
+    cell_id: str
+    verdicts: tuple[str, ...]  # each input's verdict, in input order
+    sources: tuple[str, ...]
+    kept: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "id": self.cell_id,
+            "verdicts": list(self.verdicts),
+            "sources": list(self.sources),
+            "kept": self.kept,
+        }
+
+
+@dataclass(frozen=True)
+class Row:
+    """A cell as it ran in one run."""
+
+    run: str
+    cell: CellResult
+    conflict: bool = False
+
+
+@dataclass(frozen=True)
+class MergedReport:
+    runs: tuple[Run, ...]
+    rows: tuple[Row, ...]
+    conflicts: tuple[Conflict, ...]
+    junit_conflicts: tuple[JUnitConflict, ...]
+    not_run: tuple[tuple[str, str], ...]  # (run key, cell id)
+    stale_expectations: tuple[Any, ...]
+    sources: tuple[str, ...]
+    # Runs only JUnit files told of: their testcases are in junit.xml, but without cell
+    # records (matrix.json or journal) the grid cannot place them. Key -> testcase count.
+    junit_only: Mapping[str, int] = field(default_factory=dict)
+
+    def run_by_key(self) -> dict[str, Run]:
+        return {run.key: run for run in self.runs}
+
+    def summary(self) -> dict[str, Any]:
+        """The single-run summary's fields, summed, plus what only a merge has (runs, conflicts)."""
+        verdicts = {verdict.value: 0 for verdict in VERDICT_ORDER}
+        outcomes = {how.value: 0 for how in Outcome}
+        for row in self.rows:
+            verdicts[row.cell.verdict.value] += 1
+            outcomes[row.cell.outcome.value] += 1
+        mismatching = len(self.rows) - outcomes[Outcome.MATCH.value]
+        conflicts = len(self.conflicts) + len(self.junit_conflicts)
+        return {
+            "runs": len(self.runs),
+            "cells": len(self.rows),
+            "not_run": len(self.not_run),
+            "match": outcomes[Outcome.MATCH.value],
+            "mismatching": mismatching,
+            "verdicts": verdicts,
+            "outcomes": outcomes,
+            "over_claims": len(self.claim_gaps(ClaimGap.OVER_CLAIM)),
+            "under_claims": len(self.claim_gaps(ClaimGap.UNDER_CLAIM)),
+            "stale_expectations": len(self.stale_expectations),
+            "conflicts": conflicts,
+            "junit_only_runs": sorted(self.junit_only),
+            "ok": mismatching == 0 and not self.not_run and not self.stale_expectations and not conflicts,
+        }
+
+    def claim_gaps(self, gap: ClaimGap) -> list[Row]:
+        return [row for row in self.rows if row.cell.claim_gap == gap]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "runs": [run.to_json() for run in self.runs],
+            "summary": self.summary(),
+            "cells": [{**row.cell.to_json(), "run": row.run, "conflict": row.conflict} for row in self.rows],
+            "not_run": [{"run": run, "id": ident} for run, ident in self.not_run],
+            "claims": {
+                "over_claims": [_claim_json(row) for row in self.claim_gaps(ClaimGap.OVER_CLAIM)],
+                "under_claims": [_claim_json(row) for row in self.claim_gaps(ClaimGap.UNDER_CLAIM)],
+            },
+            "conflicts": [c.to_json() for c in self.conflicts] + [c.to_json() for c in self.junit_conflicts],
+            "stale_expectations": list(self.stale_expectations),
+            "sources": list(self.sources),
+        }
+
+
+def _claim_json(row: Row) -> dict[str, Any]:
+    cell = row.cell
+    return {
+        "run": row.run,
+        "id": cell.id,
+        "verdict": cell.verdict.value,
+        "supported": cell.claim.supported if cell.claim else None,
+        "reasons": list(cell.claim.reasons) if cell.claim else [],
+        "message": cell.message,
+    }
+
+
+def severity(cell: CellResult) -> tuple[int, int]:
+    """Higher is worse: the verdict first, then whether it missed its expectation."""
+    return VERDICT_ORDER.index(cell.verdict), 0 if cell.outcome == Outcome.MATCH else 1
+
+
+def merge_results(results: Sequence[RunResults]) -> tuple[list[Run], list[Row], list[Conflict], list[tuple[str, str]]]:
+    runs: dict[str, Run] = {}
+    seen: dict[tuple[str, str], list[tuple[CellResult, str]]] = {}
+    planned_missing: dict[str, dict[str, None]] = {}
+    for part in results:
+        key = part.run.key
+        runs.setdefault(key, part.run)
+        for cell in part.cells:
+            seen.setdefault((key, cell.id), []).append((cell, part.source))
+        for ident in part.not_run:
+            planned_missing.setdefault(key, {})[ident] = None
+    rows: list[Row] = []
+    conflicts: list[Conflict] = []
+    for (key, ident), records in seen.items():
+        kept = max(records, key=lambda record: severity(record[0]))[0]
+        distinct = {(cell.verdict, cell.outcome) for cell, _ in records}
+        if len(distinct) > 1:
+            conflicts.append(
+                Conflict(
+                    run=key,
+                    cell_id=ident,
+                    verdicts=tuple(cell.verdict.value for cell, _ in records),
+                    sources=tuple(source for _, source in records),
+                    kept=kept.verdict.value,
+                )
+            )
+        rows.append(Row(key, kept, conflict=len(distinct) > 1))
+    # A cell one shard planned but never finished counts as not run only if no other shard ran it.
+    not_run = [
+        (key, ident) for key, idents in planned_missing.items() for ident in idents if (key, ident) not in seen
+    ]
+    return list(runs.values()), rows, conflicts, not_run
+
+
+def merge(inputs: Inputs) -> tuple[MergedReport, JUnitXml]:
+    runs, rows, conflicts, not_run = merge_results(inputs.results)
+    junit, junit_runs, junit_conflicts = merge_junit(inputs.junit, rows, runs, not_run)
+    known = {run.key for run in runs}
+    junit_only = {run.key: count for run, count in junit_runs if run.key not in known}
+    runs.extend(run for run, _ in junit_runs if run.key not in known)
+    stale: dict[str, Any] = {}
+    for part in inputs.results:
+        for item in part.stale_expectations:
+            stale.setdefault(repr(item), item)
+    for run in runs:
+        for item in run.meta.get("stale_expectations") or ():
+            stale.setdefault(repr(item), item)
+    sources = [part.source for part in inputs.results] + [part.source for part in inputs.junit]
+    report = MergedReport(
+        runs=tuple(sorted(runs, key=lambda r: (r.lane, r.device, r.vllm_version, r.platform, r.torch_version))),
+        rows=tuple(rows),
+        conflicts=tuple(conflicts),
+        junit_conflicts=tuple(junit_conflicts),
+        not_run=tuple(not_run),
+        stale_expectations=tuple(stale.values()),
+        sources=tuple(dict.fromkeys(sources)),
+        junit_only=junit_only,
+    )
+    return report, junit
+
+
+def render_merged(report: MergedReport, junit: JUnitXml) -> dict[str, bytes]:
+    from harness.reports.html import render_html
+
+    xml = io.BytesIO()
+    junit.write(xml)
+    return {
+        "junit.xml": xml.getvalue(),
+        "matrix.json": (json.dumps(report.to_json(), indent=1) + "\n").encode("utf-8"),
+        "matrix.md": render_markdown(report).encode("utf-8"),
+        "matrix.html": render_html(report).encode("utf-8"),
+    }
+
+
+def write_merged(files: Mapping[str, bytes], out: Path) -> dict[str, Path]:
+    """Everything is rendered before the first byte is written: bad data leaves no half report."""
+    if out.exists() and not out.is_dir():
+        raise InputError(out, "", "output path exists and is not a directory")
+    try:
+        return write_all_atomic(out, files)
+    except OSError as exc:
+        raise InputError(out, "", f"cannot write reports: {exc.strerror or exc}") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="JUnit .xml, matrix .json, journal .jsonl files, or directories holding them (searched recursively)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="write junit.xml, matrix.json, matrix.md and matrix.html here"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.reports.step_summary import append_step_summary
+
+    report, junit = merge(load_inputs(args.inputs))
+    out = Path(args.out)
+    files = render_merged(report, junit)
+    write_merged(files, out)
+    append_step_summary(files["matrix.md"].decode("utf-8"))
+    summary = report.summary()
+    print(
+        f"merged {summary['cells']} cells from {summary['runs']} runs ({len(report.sources)} inputs) into {out}",
+        file=sys.stderr,
+    )
+    if summary["conflicts"]:
+        print(
+            f"warning: {summary['conflicts']} cells were reported with different verdicts within one run;"
+            " the worse verdict is kept, see 'conflicts' in matrix.json",
+            file=sys.stderr,
+        )
+    return 0
