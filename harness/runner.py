@@ -38,6 +38,8 @@ from harness.verdict import STAGES, Stage
 _CONTEXT = multiprocessing.get_context("spawn")
 STARTUP_TIMEOUT_S = 600.0
 _NO_STAGE = -1
+# A lane sets details[POISONED] = True when its process can no longer be trusted.
+POISONED = "process_poisoned"
 
 
 def process_key(matrix: Matrix, cell: Cell) -> str:
@@ -233,6 +235,11 @@ class CellRunner:
             try:
                 kind, observation = child.conn.recv()
                 if kind == "observed":
+                    if observation.details.get(POISONED):
+                        # A sticky device error (CUDA illegal memory access) fails every later
+                        # call in this process: a fresh process keeps the next cells honest.
+                        self._retire()
+                        self.restarts += 1
                     return observation
             except EOFError:
                 pass
