@@ -20,6 +20,7 @@ PROG = "dflash-matrix"
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("cells", "harness.commands.cells"),
     ("report", "harness.commands.report"),
+    ("merge", "harness.commands.merge"),
 )
 
 

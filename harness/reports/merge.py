@@ -10,10 +10,8 @@ listed, never resolved silently.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,13 +22,10 @@ from junitparser import JUnitXml
 from harness.atomic import write_all_atomic
 from harness.errors import InputError
 from harness.reports.device_grid import VERDICT_ORDER, render_markdown
-from harness.reports.inputs import SCHEMA, Inputs, Run, RunResults, load_inputs
+from harness.reports.inputs import SCHEMA, Inputs, Run, RunResults
 from harness.reports.junit_merge import JUnitConflict, merge_junit
 from harness.result import CellResult
 from harness.verdict import ClaimGap, Outcome
-
-NAME = "merge"
-HELP = "combine reports (JUnit, matrix.json, journals) from many shards, runners and versions into one"
 
 
 @dataclass(frozen=True)
@@ -222,37 +217,3 @@ def write_merged(files: Mapping[str, bytes], out: Path) -> dict[str, Path]:
         return write_all_atomic(out, files)
     except OSError as exc:
         raise InputError(out, "", f"cannot write reports: {exc.strerror or exc}") from None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="JUnit .xml, matrix .json, journal .jsonl files, or directories holding them (searched recursively)",
-    )
-    parser.add_argument(
-        "--out", required=True, metavar="DIR", help="write junit.xml, matrix.json, matrix.md and matrix.html here"
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    from harness.reports.step_summary import append_step_summary
-
-    report, junit = merge(load_inputs(args.inputs))
-    out = Path(args.out)
-    files = render_merged(report, junit)
-    write_merged(files, out)
-    append_step_summary(files["matrix.md"].decode("utf-8"))
-    summary = report.summary()
-    print(
-        f"merged {summary['cells']} cells from {summary['runs']} runs ({len(report.sources)} inputs) into {out}",
-        file=sys.stderr,
-    )
-    if summary["conflicts"]:
-        print(
-            f"warning: {summary['conflicts']} cells were reported with different verdicts within one run;"
-            " the worse verdict is kept, see 'conflicts' in matrix.json",
-            file=sys.stderr,
-        )
-    return 0
