@@ -1,0 +1,57 @@
+"""Compare two reports (each a matrix.json or a report directory): new failures, fixes, verdict changes.
+
+Prints the comparison as Markdown; --md and --json write it to files too. Runs are
+paired by lane, platform and device, so last night's report on vLLM 0.32 and
+tonight's on 0.33 compare the same machine (by full key, versions included, when a
+report holds several runs of one machine). Cells that appeared or disappeared are
+listed.
+
+Exit status: 1 when something regressed (a cell that matched its expectation before
+and does not now, one that is now planned but not run, or a verdict that got worse;
+with --fail-on-missing also a cell that disappeared), 0 otherwise, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness.atomic import write_atomic
+from harness.errors import InputError
+from harness.reports.diff import diff_reports, load_report, render_diff_markdown
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", metavar="BASELINE", help="matrix.json or report directory to compare against")
+    parser.add_argument("current", metavar="CURRENT", help="matrix.json or report directory to check")
+    parser.add_argument("--md", metavar="PATH", help="also write the Markdown comparison here")
+    parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON here")
+    parser.add_argument(
+        "--fail-on-missing", action="store_true", help="exit 1 also when a baseline cell is missing from CURRENT"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    diff = diff_reports(
+        load_report(args.baseline),
+        load_report(args.current),
+        baseline_name=str(args.baseline),
+        current_name=str(args.current),
+        fail_on_missing=args.fail_on_missing,
+    )
+    markdown = render_diff_markdown(diff)
+    outputs = {}
+    if args.md:
+        outputs[Path(args.md)] = markdown.encode("utf-8")
+    if args.json:
+        outputs[Path(args.json)] = (json.dumps(diff.to_json(), indent=1) + "\n").encode("utf-8")
+    for path, data in outputs.items():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data)
+        except OSError as exc:
+            raise InputError(path, "", f"cannot write: {exc.strerror or exc}") from None
+    sys.stdout.write(markdown)
+    return 1 if diff.regressed else 0
