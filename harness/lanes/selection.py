@@ -1,0 +1,635 @@
+"""The selection lane: which attention backend a DFlash draft gets on each GPU generation.
+
+It runs the official CUDA build of vLLM on a host without a GPU, with the GPU generation
+simulated (``harness.simulated_cuda``). Per cell it records
+
+* the claim: the requested backend's own ``validate_configuration`` reasons;
+* the platform's answer for the explicit request in isolation (a backend, or the
+  ValueError's reasons), and the auto-selection answer for the same draft layer;
+* the draft built through vLLM's real loader (Model Runner V2's ``load_dflash_model``, or
+  Model Runner V1's ``DFlashProposer``) from a config-only checkpoint with dummy weights on
+  device ``cpu``, and the backend every draft attention layer carries.
+
+No kernel runs here: the lane proves selection and wiring (does the request reach the
+draft's layers, and what does the platform choose), never that a kernel computes correctly
+on that GPU. One process simulates one (capability, FlashInfer cubin) pair, because vLLM
+caches selection helpers without the capability in their key (``process_key``).
+"""
+
+from __future__ import annotations
+
+import ast
+import gc
+import importlib
+import importlib.metadata
+import json
+import re
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from harness.axes import AxisValue, capability_token
+from harness.errors import InputError
+from harness.lanes.protocol import StageLog
+from harness.matrix import Cell, Matrix
+from harness.observation import Claim, Failure, Observation
+from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
+from harness.verdict import Stage
+
+NAME = "selection"
+# Axes this lane varies, and the value each takes when a matrix leaves it out.
+AXIS_DEFAULTS: Mapping[str, AxisValue] = {
+    "flashinfer_cubin": False,
+    "loader": "v2",
+    "dtype": "bfloat16",
+    "kv_cache_dtype": "auto",
+}
+REQUIRED_AXES = ("capability", "backend", "causal", "sink")
+# Values of axes the lane cannot express: it builds no runnable engine and no windowed draft.
+UNSUPPORTED_VALUES: Mapping[str, tuple[object, ...]] = {"cudagraph": ("graph",)}
+_OPTION_KEYS = ("head_dim", "target_backend")
+# Enum members that are no decoder backend at all (ViT-only tag, third-party placeholder).
+NOT_DECODER_BACKENDS = ("TORCH_SDPA", "CUSTOM")
+_REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
+_NO_DRIVER = "Found no NVIDIA driver"
+
+
+def process_key(cell: Cell) -> str:
+    """Cells that may share one cell process: same capability, same FlashInfer cubin setting."""
+    cubin = cell.get("flashinfer_cubin", AXIS_DEFAULTS["flashinfer_cubin"])
+    return f"{capability_token(str(cell.get('capability')))}-{'cubin' if cubin else 'nocubin'}"
+
+
+def gpu_for(cell: Cell) -> SimulatedGpu:
+    return SimulatedGpu(str(cell.get("capability")), bool(cell.get("flashinfer_cubin", False)))
+
+
+@dataclass(frozen=True)
+class Options:
+    """The [options] table of a selection matrix.
+
+    head_dim:       head size of the target and draft checkpoints (and of the selection calls).
+    target_backend: the target's --attention-backend, which the pre-#46770 loader let the
+                    draft inherit; None leaves the target on auto-selection.
+    """
+
+    head_dim: int = 128
+    target_backend: str | None = None
+
+
+def read_options(matrix: Matrix) -> Options:
+    raw = dict(matrix.options)
+    for key in raw:
+        if key not in _OPTION_KEYS:
+            raise InputError(matrix.path, f"options.{key}", "unknown option of the selection lane", _OPTION_KEYS)
+    head_dim = raw.get("head_dim", Options.head_dim)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
+        raise InputError(matrix.path, "options.head_dim", f"{head_dim!r} is not a positive head size")
+    target = raw.get("target_backend")
+    if target is not None and (not isinstance(target, str) or not target):
+        raise InputError(matrix.path, "options.target_backend", "must be a backend name such as FLASHINFER")
+    return Options(head_dim=head_dim, target_backend=target)
+
+
+def check_axes(matrix: Matrix) -> None:
+    axes = dict(matrix.axes)
+    for name in REQUIRED_AXES:
+        if name not in axes:
+            raise InputError(matrix.path, f"axes.{name}", "the selection lane needs this axis", REQUIRED_AXES)
+    if any(window for window in axes.get("sliding_window", ())):
+        raise InputError(matrix.path, "axes.sliding_window", "the selection lane builds no windowed draft", ("0",))
+    for name, refused in UNSUPPORTED_VALUES.items():
+        for value in axes.get(name, ()):
+            if value in refused:
+                raise InputError(
+                    matrix.path, f"axes.{name}", f"{value!r} needs a runnable engine; the selection lane builds none"
+                )
+
+
+def rejection_reasons(error: ValueError) -> tuple[str, ...]:
+    """The reasons list of vLLM's 'Selected backend X is not valid ... Reason: [...]'."""
+    text = str(error)
+    found = _REASONS.search(text)
+    if found is None:
+        return (text,)
+    try:
+        reasons = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return (found.group(1)[1:-1],)  # an import error vLLM formatted without quotes
+    return tuple(str(reason) for reason in reasons) if isinstance(reasons, list) else (str(reasons),)
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _failure(stage: Stage, error: BaseException) -> Failure:
+    return Failure(stage, type(error).__name__, _one_line(str(error)))
+
+
+@dataclass
+class _Selection:
+    """What the platform answered for one draft layer's selector inputs."""
+
+    claim: Claim | None = None
+    explicit: str | None = None  # backend name the explicit request resolves to
+    rejection: tuple[str, ...] | None = None
+    auto: str | None = None
+    auto_rejection: tuple[str, ...] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class SelectionLane:
+    name = NAME
+
+    def __init__(self, matrix: Matrix):
+        check_axes(matrix)
+        self.matrix = matrix
+        self.options = read_options(matrix)
+        self.backends = frozenset(str(b) for b in dict(matrix.axes)["backend"])
+        self._session: _Session | None = None
+        self._startup_error: BaseException | None = None
+        self._after_install: list[Callable[[], None]] = []
+
+    def after_install(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once the simulated platform is installed, before any cell touches vLLM.
+
+        Planted faults that patch vLLM go through here: importing vLLM any earlier would
+        resolve the platform before the lane can simulate the cell's GPU generation.
+        """
+        if self._session is not None:
+            raise RuntimeError("the simulated platform is already installed; hooks must be added before the first cell")
+        self._after_install.append(hook)
+
+    def environment(self) -> Mapping[str, str]:
+        env = {"lane": NAME, "platform": "CudaPlatform, simulated (no GPU, no kernels run)"}
+        for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
+            try:
+                env[distribution] = importlib.metadata.version(distribution)
+            except importlib.metadata.PackageNotFoundError:
+                env[distribution] = "not installed"
+        if self.options.target_backend:
+            env["target_backend"] = self.options.target_backend
+        return env
+
+    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
+        started = time.perf_counter()
+        stage_log(Stage.CONFIG)
+        session = self._session_for(cell)
+        observation = session.observe(cell, stage_log)
+        return _with_duration(observation, time.perf_counter() - started)
+
+    def _session_for(self, cell: Cell) -> _Session:
+        if self._startup_error is not None:
+            raise self._startup_error
+        gpu = gpu_for(cell)
+        if self._session is None:
+            try:
+                self._session = _Session(gpu, self.options, self.backends)
+                for hook in self._after_install:
+                    hook()
+            except BaseException as error:
+                self._startup_error = error
+                raise
+        elif self._session.gpu != gpu:
+            raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._session.gpu}")
+        return self._session
+
+
+def _with_duration(observation: Observation, seconds: float) -> Observation:
+    return replace(observation, duration_s=seconds)
+
+
+def create(matrix: Matrix) -> SelectionLane:
+    return SelectionLane(matrix)
+
+
+class _Session:
+    """Everything that touches vLLM, for one simulated GPU in one process: imported once,
+    checkpoints written once, distributed state initialised once, reused by every cell."""
+
+    def __init__(self, gpu: SimulatedGpu, options: Options, matrix_backends: frozenset[str]):
+        self.gpu = gpu
+        self.options = options
+        self.installed = install(gpu)
+        self.apis = _VllmApis.load()
+        self._checkpoints = Path(tempfile.mkdtemp(prefix="dflash-selection-"))
+        self._drafts: dict[tuple[bool, bool], Path] = {}
+        self._target_path = self._write_target()
+        self._distributed = False
+        self._target_module: Any = None
+        self._flashinfer_host_ready = False
+        self.enum_census = self.census()
+        # A decoder backend (or one whose kind cannot be told) that the matrix never asks
+        # for is a hole in the grid: say so on every cell instead of passing over it.
+        self.not_in_matrix = tuple(
+            sorted(
+                name
+                for name, kind in self.enum_census.items()
+                if kind not in ("mla", "sparse", "not a decoder backend") and name not in matrix_backends
+            )
+        )
+        # vLLM's loader calls gc.collect() twice per model; with the imported world frozen
+        # those passes only walk what the build allocated (about 0.8 s -> 0.05 s a draft).
+        gc.collect()
+        gc.freeze()
+
+    # -- checkpoints ------------------------------------------------------
+    def _qwen3_config(self, **extra: object) -> dict[str, object]:
+        config: dict[str, object] = {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "hidden_size": 256,
+            "intermediate_size": 512,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": self.options.head_dim,
+            "vocab_size": 1024,
+            "max_position_embeddings": 2048,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000.0,
+            "hidden_act": "silu",
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+        }
+        config.update(extra)
+        return config
+
+    def _write(self, name: str, config: dict[str, object]) -> Path:
+        # Config only: the lane loads with load_format="dummy", so no weights are read.
+        folder = self._checkpoints / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
+        return folder
+
+    def _write_target(self) -> Path:
+        return self._write("target", self._qwen3_config())
+
+    def draft_path(self, causal: bool, sink: bool) -> Path:
+        key = (causal, sink)
+        if key not in self._drafts:
+            self._drafts[key] = self._write(
+                f"draft-{'causal' if causal else 'noncausal'}-{'sink' if sink else 'nosink'}",
+                self._qwen3_config(
+                    architectures=["DFlashDraftModel"],
+                    num_hidden_layers=1,
+                    block_size=8,
+                    dflash_config={
+                        "mask_token_id": 1000,
+                        "target_layer_ids": [1, 2],
+                        "causal": causal,
+                        "attention_sink_bias": sink,
+                    },
+                ),
+            )
+        return self._drafts[key]
+
+    # -- the enum ---------------------------------------------------------
+    def census(self) -> dict[str, str]:
+        """Every AttentionBackendEnum member and what it is: decoder, mla, sparse, or why unknown."""
+        census: dict[str, str] = {}
+        if self.apis.enum is None:
+            return census
+        for member in self.apis.enum:
+            if member.name in NOT_DECODER_BACKENDS:
+                census[member.name] = "not a decoder backend"
+                continue
+            try:
+                backend = member.get_class()
+            except Exception as error:
+                # Some modules query the real device while importing. Their class path still
+                # says whether they are MLA/sparse; anything else must be in the matrix.
+                path = str(member.value).lower()
+                kind = "mla" if "mla" in path else "sparse" if "sparse" in path else "unknown"
+                census[member.name] = kind if kind != "unknown" else f"unknown ({type(error).__name__} on import)"
+                continue
+            if backend.is_mla():
+                census[member.name] = "mla"
+            elif backend.is_sparse():
+                census[member.name] = "sparse"
+            else:
+                census[member.name] = "decoder"
+        return census
+
+    # -- one cell ---------------------------------------------------------
+    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
+        requested = cell.requested_backend
+        loader = str(cell.get("loader", AXIS_DEFAULTS["loader"]))
+        details: dict[str, Any] = {
+            "simulated": self.installed.gpu.device_name,
+            "flashinfer_cubin": self.gpu.flashinfer_cubin,
+            "libcuda": self.installed.libcuda,
+            "loader": loader,
+        }
+        if self.options.target_backend:
+            details["target_backend"] = self.options.target_backend
+        if self.not_in_matrix:
+            details["backends_not_in_matrix"] = list(self.not_in_matrix)
+        missing_api = self.apis.missing_for_selection()
+        if missing_api:
+            return Observation(requested_backend=requested, unavailable=missing_api, details=details)
+
+        stage_log(Stage.SELECT)
+        try:
+            selection = self.select(cell)
+        except _Unavailable as why:
+            return Observation(requested_backend=requested, unavailable=str(why), details=details)
+        except Exception as error:
+            return Observation(requested_backend=requested, failure=_failure(Stage.SELECT, error), details=details)
+        details.update(selection.details)
+        platform_choice = selection.explicit if requested else selection.auto
+        rejection = selection.rejection if requested else selection.auto_rejection
+
+        missing_loader = self.apis.missing_for_loader(loader)
+        if missing_loader:
+            details["draft"] = f"not built: {missing_loader}"
+            return Observation(
+                requested_backend=requested,
+                platform_choice=platform_choice,
+                rejection=rejection,
+                unavailable=None if rejection else missing_loader,
+                claim=selection.claim,
+                details=details,
+            )
+
+        stage_log(Stage.BUILD)
+        try:
+            layers = self.build_draft(cell, loader)
+        except ValueError as error:
+            if rejection is not None:
+                # The loader refused the request with a configuration error, as the platform did.
+                details["draft"] = f"loader refused it too: {_one_line(str(error), 300)}"
+                return Observation(
+                    requested_backend=requested,
+                    platform_choice=platform_choice,
+                    rejection=rejection,
+                    claim=selection.claim,
+                    details=details,
+                )
+            return Observation(
+                requested_backend=requested,
+                platform_choice=platform_choice,
+                failure=_failure(Stage.BUILD, error),
+                claim=selection.claim,
+                details=details,
+            )
+        except Exception as error:
+            if _NO_DRIVER in str(error):
+                details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
+            return Observation(
+                requested_backend=requested,
+                platform_choice=platform_choice,
+                failure=_failure(Stage.BUILD, error),
+                claim=selection.claim,
+                details=details,
+            )
+        details["draft_layers"] = [f"{name}: {backend} ({impl})" for name, backend, impl in layers]
+        observed = tuple(backend for _, backend, _ in layers)
+        if rejection is not None:
+            # The platform refuses this request, yet the loader built a draft: it never passed
+            # the request on. Report what the layers carry so the verdict cannot be 'unsupported'.
+            details["draft"] = "built although the platform rejects the request: the loader lost it"
+            return Observation(
+                requested_backend=requested,
+                platform_choice=None,
+                observed_backends=observed,
+                claim=selection.claim,
+                details=details,
+            )
+        return Observation(
+            requested_backend=requested,
+            platform_choice=platform_choice,
+            observed_backends=observed,
+            claim=selection.claim,
+            details=details,
+        )
+
+    def selector_config(self, cell: Cell) -> Any:
+        torch = self.apis.torch
+        return self.apis.selector_config(
+            head_size=self.options.head_dim,
+            dtype=getattr(torch, str(cell.get("dtype", AXIS_DEFAULTS["dtype"]))),
+            kv_cache_dtype=str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
+            block_size=None,
+            has_sink=bool(cell.get("sink")),
+            use_non_causal=not bool(cell.get("causal")),
+        )
+
+    def select(self, cell: Cell) -> _Selection:
+        apis = self.apis
+        config = self.selector_config(cell)
+        platform_cls = type(self.installed.platform)
+        capability = platform_cls.get_device_capability()
+        selection = _Selection()
+        with apis.set_current_vllm_config(apis.vllm_config()):
+            requested = cell.requested_backend
+            if requested is not None:
+                member = apis.member(requested)
+                try:
+                    backend_cls = member.get_class()
+                except ImportError as error:
+                    raise _Unavailable(
+                        f"AttentionBackendEnum.{requested} points to {member.value}, which this vLLM cannot import "
+                        f"({type(error).__name__}: {_one_line(str(error), 200)})"
+                    ) from None
+                reasons = tuple(backend_cls.validate_configuration(device_capability=capability, **config._asdict()))
+                selection.claim = Claim(supported=not reasons, reasons=reasons)
+                try:
+                    path = platform_cls.get_attn_backend_cls(member, attn_selector_config=config)
+                    selection.explicit = apis.backend_name(path)
+                except ValueError as error:
+                    selection.rejection = rejection_reasons(error)
+                selection.details["selected"] = selection.explicit or "rejected"
+            try:
+                selection.auto = apis.backend_name(platform_cls.get_attn_backend_cls(None, attn_selector_config=config))
+                selection.details["auto_selected"] = selection.auto
+            except ValueError as error:
+                selection.auto_rejection = (_one_line(str(error)),)
+                selection.details["auto_selected"] = f"none: {_one_line(str(error), 300)}"
+        return selection
+
+    # -- the draft --------------------------------------------------------
+    def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str]]:
+        apis = self.apis
+        requested = cell.requested_backend
+        if "FLASHINFER" in (requested, self.options.target_backend) or requested is None:
+            self._allow_flashinfer_on_host()
+        config = self.engine_config(cell)
+        with apis.set_current_vllm_config(config):
+            self._init_distributed()
+            if loader == "v2":
+                draft = apis.v2_loader_module().load_dflash_model(self._target(), config)
+            else:
+                proposer = apis.v1_proposer()(config, apis.torch.device("cpu"))
+                proposer.load_model(self._target())
+                draft = proposer.model
+        return [
+            (name, module.get_attn_backend().get_name(), type(getattr(module, "impl", None)).__name__)
+            for name, module in draft.named_modules()
+            if isinstance(module, apis.attention_layer_base)
+        ]
+
+    def engine_config(self, cell: Cell) -> Any:
+        """A fresh VllmConfig per draft: layers register by name in the config they are built
+        under, so a second draft in the same config fails with 'Duplicate layer name'."""
+        speculative: dict[str, object] = {
+            "method": "dflash",
+            "model": str(self.draft_path(bool(cell.get("causal")), bool(cell.get("sink")))),
+            "num_speculative_tokens": 4,
+        }
+        if cell.requested_backend is not None:
+            speculative["attention_backend"] = cell.requested_backend
+        arguments: dict[str, object] = {
+            "model": str(self._target_path),
+            "speculative_config": speculative,
+            "load_format": "dummy",
+            "skip_tokenizer_init": True,
+            "dtype": str(cell.get("dtype", AXIS_DEFAULTS["dtype"])),
+            "kv_cache_dtype": str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
+            "max_model_len": 1024,
+            "enforce_eager": True,
+        }
+        if self.options.target_backend:
+            arguments["attention_backend"] = self.options.target_backend
+        config = self.apis.engine_args(**arguments).create_engine_config()
+        cpu = self.apis.torch.device("cpu")
+        config.device_config.device = cpu
+        config.device_config.device_type = "cpu"
+        # BaseModelLoader prefers load_config.device over device_config.device.
+        config.load_config.device = "cpu"
+        return config
+
+    def _init_distributed(self) -> None:
+        if self._distributed:
+            return
+        apis = self.apis
+        rendezvous = self._checkpoints / "distributed-init"
+        apis.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{rendezvous}", backend="gloo"
+        )
+        apis.initialize_model_parallel(1, 1)
+        self._distributed = True
+
+    def _target(self) -> Any:
+        """What the loaders read from the target: the embedding and LM head the draft shares.
+        The draft's backend never depends on the target's weights, so one target serves all."""
+        if self._target_module is None:
+            nn = self.apis.torch.nn
+            target = nn.Module()
+            target.model = nn.Module()
+            target.model.embed_tokens = nn.Embedding(1024, 256)
+            target.lm_head = nn.Linear(256, 1024, bias=False)
+            self._target_module = target
+        return self._target_module
+
+    def _allow_flashinfer_on_host(self) -> None:
+        if not self._flashinfer_host_ready:
+            allow_host_flashinfer_impl()
+            self._flashinfer_host_ready = True
+
+
+class _Unavailable(Exception):
+    """The backend, or an API the lane needs, does not exist in this vLLM release."""
+
+
+@dataclass
+class _VllmApis:
+    """The vLLM entry points the lane uses, resolved once; a release without one says so."""
+
+    torch: Any
+    enum: Any
+    selector_config: Any
+    set_current_vllm_config: Any
+    vllm_config: Any
+    engine_args: Any
+    init_distributed_environment: Any
+    initialize_model_parallel: Any
+    attention_layer_base: Any
+    resolve: Any
+    missing: dict[str, str]
+
+    @classmethod
+    def load(cls) -> _VllmApis:
+        missing: dict[str, str] = {}
+
+        def find(module: str, attr: str) -> Any:
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as error:
+                missing[f"{module}.{attr}"] = f"{type(error).__name__}: {_one_line(str(error), 200)}"
+                return None
+
+        import torch
+
+        apis = cls(
+            torch=torch,
+            enum=find("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
+            selector_config=find("vllm.v1.attention.selector", "AttentionSelectorConfig"),
+            set_current_vllm_config=find("vllm.config", "set_current_vllm_config"),
+            vllm_config=find("vllm.config", "VllmConfig"),
+            engine_args=find("vllm.engine.arg_utils", "EngineArgs"),
+            init_distributed_environment=find("vllm.distributed", "init_distributed_environment"),
+            initialize_model_parallel=find("vllm.distributed", "initialize_model_parallel"),
+            attention_layer_base=find("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
+            resolve=find("vllm.utils.import_utils", "resolve_obj_by_qualname"),
+            missing=missing,
+        )
+        # Import the loaders now, so their imports are frozen with the rest and a missing
+        # one is known before the first cell.
+        find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
+        find("vllm.v1.spec_decode.dflash", "DFlashProposer")
+        return apis
+
+    def _missing(self, names: tuple[str, ...]) -> str | None:
+        gaps = [name for name in names if name in self.missing]
+        if not gaps:
+            return None
+        return "this vLLM release lacks " + "; ".join(f"{name} ({self.missing[name]})" for name in gaps)
+
+    def missing_for_selection(self) -> str | None:
+        return self._missing(
+            (
+                "vllm.v1.attention.backends.registry.AttentionBackendEnum",
+                "vllm.v1.attention.selector.AttentionSelectorConfig",
+                "vllm.config.set_current_vllm_config",
+                "vllm.config.VllmConfig",
+                "vllm.utils.import_utils.resolve_obj_by_qualname",
+            )
+        )
+
+    def missing_for_loader(self, loader: str) -> str | None:
+        common = (
+            "vllm.engine.arg_utils.EngineArgs",
+            "vllm.distributed.init_distributed_environment",
+            "vllm.distributed.initialize_model_parallel",
+            "vllm.model_executor.layers.attention_layer_base.AttentionLayerBase",
+        )
+        own = (
+            ("vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model",)
+            if loader == "v2"
+            else ("vllm.v1.spec_decode.dflash.DFlashProposer",)
+        )
+        return self._missing(common + own)
+
+    def member(self, name: str) -> Any:
+        try:
+            return self.enum[name]
+        except (KeyError, ValueError):
+            raise _Unavailable(f"AttentionBackendEnum has no member {name} in this vLLM release") from None
+
+    def backend_name(self, class_path: str) -> str:
+        return str(self.resolve(class_path).get_name())
+
+    @staticmethod
+    def v2_loader_module() -> Any:
+        # Looked up on the module at every call, so a planted copy of the loader is the one used.
+        return importlib.import_module("vllm.v1.worker.gpu.spec_decode.dflash.utils")
+
+    @staticmethod
+    def v1_proposer() -> Any:
+        return importlib.import_module("vllm.v1.spec_decode.dflash").DFlashProposer

@@ -1,0 +1,173 @@
+"""A simulated NVIDIA GPU generation for the official CUDA build of vLLM on a host without a GPU.
+
+The selection lane asks vLLM's own CUDA code which attention backend a DFlash draft gets on
+SM80/SM90/SM100/SM120. That code runs on a CPU-only host once three things hold, in order:
+
+1. ``libcuda.so.1`` resolves (vLLM's CUDA extensions link against it): a stub built from
+   ``harness/native/libcuda_stub.c`` must be on ``LD_LIBRARY_PATH``;
+2. the process environment is pinned *before vLLM is imported*: several vLLM modules read
+   it at import time (see ``SimulatedGpu.environment``);
+3. ``vllm.platforms._current_platform`` is a ``CudaPlatform`` whose device queries answer
+   for the simulated generation, installed before any module binds ``current_platform``
+   at import (``fa_utils``, the FlashInfer backend, ``qwen3_dflash``...). Patching it later,
+   as vLLM's own selector tests do, gives wrong answers in 0.33.0.
+
+Several selection helpers are ``functools.cache``d without the capability in their key,
+so one process simulates exactly one (capability, FlashInfer cubin) pair: ``install``
+refuses a second, different one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+STUB_LIBRARY = "libcuda.so.1"
+_STUB_MARKER = "dflash_matrix_libcuda_stub"
+_DEVICE_MEMORY_BYTES = 80 << 30
+
+
+class SimulationError(RuntimeError):
+    """The simulated platform cannot be installed in this process (one clear reason)."""
+
+
+@dataclass(frozen=True)
+class SimulatedGpu:
+    """One simulated GPU generation.
+
+    capability:       compute capability such as "9.0".
+    flashinfer_cubin: whether FlashInfer's TRT-LLM cubins count as available. vLLM decides
+                      that by an HTTP probe of NVIDIA's artifactory unless told; FlashInfer's
+                      sink support depends on it, so it is an explicit input, never a probe.
+    """
+
+    capability: str
+    flashinfer_cubin: bool
+
+    @property
+    def major_minor(self) -> tuple[int, int]:
+        major, _, minor = self.capability.partition(".")
+        return int(major), int(minor)
+
+    @property
+    def device_name(self) -> str:
+        major, minor = self.major_minor
+        return f"Simulated NVIDIA SM{major}{minor}"
+
+    def environment(self, cubins_repository: str) -> dict[str, str]:
+        """Variables vLLM reads at import time.
+
+        CUDA_VISIBLE_DEVICES="" makes vLLM treat the host like a distributed worker and keep
+        Triton enabled with no active driver; without it Triton is replaced by placeholders,
+        the Model Runner V2 DFlash loader fails to import and V2 is switched off.
+        """
+        env = {"CUDA_VISIBLE_DEVICES": "", "VLLM_HAS_FLASHINFER_CUBIN": "1" if self.flashinfer_cubin else "0"}
+        if not self.flashinfer_cubin:
+            # vLLM still probes the cubin repository when cubins are absent; point it at a
+            # port nothing listens on so the probe fails at once instead of after 5 s.
+            env["FLASHINFER_CUBINS_REPOSITORY"] = cubins_repository
+        return env
+
+
+@dataclass(frozen=True)
+class Installed:
+    gpu: SimulatedGpu
+    platform: Any
+    libcuda: str  # "stub" or "driver"
+
+
+_installed: Installed | None = None
+
+
+def closed_loopback_url() -> str:
+    """A loopback URL whose port was free a moment ago, so a connection is refused at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/"
+
+
+def installed() -> Installed | None:
+    return _installed
+
+
+def install(gpu: SimulatedGpu) -> Installed:
+    """Make this process's vLLM see ``gpu``. Idempotent for the same gpu, refuses any other."""
+    global _installed
+    if _installed is not None:
+        if _installed.gpu != gpu:
+            raise SimulationError(
+                f"this process already simulates {_installed.gpu}; vLLM caches selection results "
+                f"without the capability, so {gpu} needs its own process"
+            )
+        return _installed
+    imported = sorted(name for name in sys.modules if name == "vllm" or name.startswith("vllm."))
+    if imported:
+        raise SimulationError(
+            f"vLLM was imported before the simulated platform was installed ({imported[0]}); "
+            "its modules bind current_platform and read the environment at import"
+        )
+    if not gpu.flashinfer_cubin and importlib.util.find_spec("flashinfer_cubin") is not None:
+        raise SimulationError(
+            "flashinfer_cubin is installed, so vLLM reports cubins available whatever "
+            "flashinfer_cubin=false asks for; run that cell in an env without it"
+        )
+    libcuda = _load_libcuda()
+    os.environ.update(gpu.environment(closed_loopback_url()))
+
+    import vllm.platforms as platforms
+
+    if platforms._current_platform is not None:
+        raise SimulationError(f"vLLM's platform is already resolved to {type(platforms._current_platform).__name__}")
+    from vllm.platforms import cuda
+    from vllm.platforms.interface import DeviceCapability
+
+    capability = DeviceCapability(*gpu.major_minor)
+    # Patch the class vLLM resolved (NonNvmlCudaPlatform here), not a subclass: the
+    # selector dispatches through CudaPlatform's own classmethods (cls.get_device_capability),
+    # and a subclass override would leave them asking torch.cuda, which finds no driver.
+    platform_cls = cuda.CudaPlatform
+    platform_cls.get_device_capability = classmethod(lambda cls, device_id=0: capability)
+    platform_cls.get_device_name = classmethod(lambda cls, device_id=0: gpu.device_name)
+    platform_cls.get_device_total_memory = classmethod(lambda cls, device_id=0: _DEVICE_MEMORY_BYTES)
+    platform_cls.is_fully_connected = classmethod(lambda cls, physical_device_ids: True)
+    platform_cls.device_count = classmethod(lambda cls: 1)
+    # Page-locked host memory needs the driver; Model Runner V1's proposer buffers ask for it.
+    platform_cls.is_pin_memory_available = classmethod(lambda cls: False)
+    platform = platform_cls()
+    platforms._current_platform = platform
+    _installed = Installed(gpu, platform, libcuda)
+    return _installed
+
+
+def _load_libcuda() -> str:
+    try:
+        library = ctypes.CDLL(STUB_LIBRARY)
+    except OSError:
+        raise SimulationError(
+            f"{STUB_LIBRARY} cannot be loaded: build harness/native/libcuda_stub.c with "
+            "gcc -shared -fPIC -Wl,-soname,libcuda.so.1 and put its folder on LD_LIBRARY_PATH "
+            "(tox -e selection does both)"
+        ) from None
+    return "stub" if hasattr(library, _STUB_MARKER) else "driver"
+
+
+def allow_host_flashinfer_impl() -> None:
+    """Let FlashInferImpl be constructed without a GPU.
+
+    Its __init__ asks the physical device for its SM count and allocates a counter buffer
+    on torch.device("cuda"); neither affects which backend a layer carries. Answer the
+    first with an H100-like count and allocate the buffer on the host.
+    """
+    import torch
+    import vllm.v1.attention.backends.flashinfer as flashinfer_backend
+
+    flashinfer_backend.get_device_sm_count = lambda device=None: 132
+    flashinfer_backend._get_multi_ctas_kv_counter_buffer = lambda nbytes, device: torch.zeros(
+        int(nbytes), dtype=torch.uint8
+    )
