@@ -1,0 +1,55 @@
+"""Our own workflow rules (policy.py): kept by ci.yml and gpu-matrix.yml, caught when broken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .policy import load, problems, runner_labels, triggers
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))
+BAD = Path(__file__).resolve().parent / "bad"
+
+
+@pytest.mark.parametrize("workflow", WORKFLOWS, ids=lambda path: path.name)
+def test_our_workflows_keep_the_rules(workflow: Path) -> None:
+    assert problems(workflow) == []
+
+
+def test_every_broken_rule_is_named() -> None:
+    assert problems(BAD / "policy_violations.yml") == [
+        "top-level permissions must be {} (each job asks for what it needs)",
+        "no concurrency group",
+        "job gpu: no permissions of its own",
+        "job gpu: no timeout-minutes",
+        "job gpu: runs on a self-hosted runner in a workflow triggered by ['pull_request']",
+        "line 17: actions/checkout@08c6903cd8c0fde910a37f88322edcfb5dd907a8"
+        " has no '# vX.Y.Z' comment naming its release",
+    ]
+
+
+def test_a_tag_instead_of_a_sha_is_named() -> None:
+    assert "line 12: actions/checkout@v5 is not pinned to a full commit SHA" in problems(BAD / "unpinned_action.yml")
+
+
+def test_gpu_matrix_never_runs_for_pull_requests() -> None:
+    on = triggers(load(REPO / ".github" / "workflows" / "gpu-matrix.yml"))
+    assert set(on) == {"push", "schedule", "workflow_dispatch"}
+    assert on["push"] == {"branches": ["main"]}
+
+
+def test_gpu_jobs_run_only_on_labelled_gpu_runners() -> None:
+    # Every device of the matrix maps to exactly one runner label set: the shared GPU labels plus the
+    # device's own, so a job can neither land on a hosted runner nor on another GPU generation.
+    matrix = load(REPO / ".github" / "workflows" / "gpu-matrix.yml")["jobs"]["gpu"]["strategy"]["matrix"]
+    runners = {entry["device"]: entry["runner"] for entry in matrix["include"]}
+    assert set(runners) == set(matrix["device"])
+    for device, labels in runners.items():
+        assert labels == ["self-hosted", "linux", "x64", "gpu", device]
+
+
+def test_hosted_ci_uses_no_self_hosted_runner() -> None:
+    jobs = load(REPO / ".github" / "workflows" / "ci.yml")["jobs"]
+    assert all("self-hosted" not in labels for job in jobs.values() for labels in runner_labels(job))
