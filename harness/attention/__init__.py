@@ -1,0 +1,12 @@
+"""Device-agnostic pieces shared by the lanes that run real draft attention (cpu, gpu).
+
+- ``checkpoint``: tiny random-weight safetensors checkpoints (a Qwen3 target and DFlash
+  drafts), and the record of what was written (``DraftTruth``) that the reference reads.
+- ``reference``: an fp32 torch attention reference (sinks, causal or not, sliding window, GQA).
+- ``draft``: the VllmConfig for a cell, the two real draft loaders (v1, v2), and what the
+  draft's attention layers and the platform selector report.
+- ``paged``: one forward pass of a draft attention layer through its backend impl, on a
+  paged KV cache with the context pre-inserted, with metadata from the backend's builder.
+
+Only ``checkpoint`` and ``reference`` are importable without vLLM.
+"""

@@ -1,0 +1,182 @@
+"""Tiny random-weight checkpoints: a Qwen3 target and DFlash drafts, as safetensors.
+
+Real files rather than ``load_format="dummy"``: on CPU the dummy loader never calls
+``load_weights``, so the DFlash draft builds its fused K/V buffers after the CPU linear
+dispatch has emptied ``qkv_proj.weight`` and the first forward fails. Real files also let
+the harness choose the sink values, and remember them as the truth the reference uses.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+CHECKPOINT_DTYPE = torch.bfloat16
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Dimensions shared by target and drafts. head_dim 32 is one CPU_ATTN supports."""
+
+    hidden: int = 128
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 32
+    intermediate: int = 256
+    vocab: int = 1024
+    target_layers: int = 2
+    draft_layers: int = 2
+    mask_token_id: int = 1000
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """The attention features a draft's ``dflash_config`` asks for."""
+
+    causal: bool
+    sink: bool
+    sliding_window: int = 0  # 0 = no sliding window
+
+    @property
+    def dirname(self) -> str:
+        window = f"-swa{self.sliding_window}" if self.sliding_window else ""
+        return f"draft-{'causal' if self.causal else 'noncausal'}-{'sink' if self.sink else 'nosink'}{window}"
+
+
+@dataclass(frozen=True)
+class DraftTruth:
+    """What the harness wrote into a draft checkpoint: the reference's only source of parameters."""
+
+    path: Path
+    spec: DraftSpec
+    shape: ModelShape
+    sinks: tuple[tuple[float, ...], ...] | None  # per draft layer, per head; None without sinks
+
+    @property
+    def scale(self) -> float:
+        # DFlash (like Qwen3) scales logits by head_dim ** -0.5 and the harness writes no override.
+        return float(self.shape.head_dim) ** -0.5
+
+    @property
+    def window(self) -> int | None:
+        return self.spec.sliding_window or None
+
+    def layer_sinks(self, layer: int) -> tuple[float, ...] | None:
+        return None if self.sinks is None else self.sinks[layer]
+
+
+def _qwen3_config(shape: ModelShape, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        "hidden_size": shape.hidden,
+        "intermediate_size": shape.intermediate,
+        "num_hidden_layers": shape.target_layers,
+        "num_attention_heads": shape.heads,
+        "num_key_value_heads": shape.kv_heads,
+        "head_dim": shape.head_dim,
+        "vocab_size": shape.vocab,
+        "max_position_embeddings": 2048,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "attention_bias": False,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    config.update(extra)
+    return config
+
+
+def _random(generator: torch.Generator, *size: int, std: float = 0.02) -> torch.Tensor:
+    return (torch.randn(*size, generator=generator) * std).to(CHECKPOINT_DTYPE)
+
+
+def _ones(size: int) -> torch.Tensor:
+    return torch.ones(size, dtype=CHECKPOINT_DTYPE)
+
+
+def _decoder_layer(generator: torch.Generator, shape: ModelShape, prefix: str) -> dict[str, torch.Tensor]:
+    hd, h = shape.head_dim, shape.hidden
+    return {
+        f"{prefix}.self_attn.q_proj.weight": _random(generator, shape.heads * hd, h),
+        f"{prefix}.self_attn.k_proj.weight": _random(generator, shape.kv_heads * hd, h),
+        f"{prefix}.self_attn.v_proj.weight": _random(generator, shape.kv_heads * hd, h),
+        f"{prefix}.self_attn.o_proj.weight": _random(generator, h, shape.heads * hd),
+        f"{prefix}.self_attn.q_norm.weight": _ones(hd),
+        f"{prefix}.self_attn.k_norm.weight": _ones(hd),
+        f"{prefix}.mlp.gate_proj.weight": _random(generator, shape.intermediate, h),
+        f"{prefix}.mlp.up_proj.weight": _random(generator, shape.intermediate, h),
+        f"{prefix}.mlp.down_proj.weight": _random(generator, h, shape.intermediate),
+        f"{prefix}.input_layernorm.weight": _ones(h),
+        f"{prefix}.post_attention_layernorm.weight": _ones(h),
+    }
+
+
+def _sink_values(generator: torch.Generator, heads: int) -> torch.Tensor:
+    # Sink logits around 1 with spread 2: the same order as the attention logits of
+    # unit-variance q/k, so a kernel that drops the sink moves the output by tenths.
+    return (torch.randn(heads, generator=generator) * 2.0 + 1.0).to(CHECKPOINT_DTYPE)
+
+
+def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.Tensor]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(directory / "model.safetensors"), {"format": "pt"})
+
+
+def write_target(root: Path, shape: ModelShape = ModelShape(), seed: int = 0) -> Path:
+    generator = torch.Generator().manual_seed(seed)
+    weights = {
+        "model.embed_tokens.weight": _random(generator, shape.vocab, shape.hidden),
+        "model.norm.weight": _ones(shape.hidden),
+        "lm_head.weight": _random(generator, shape.vocab, shape.hidden),
+    }
+    for layer in range(shape.target_layers):
+        weights.update(_decoder_layer(generator, shape, f"model.layers.{layer}"))
+    path = root / "target"
+    _write(path, _qwen3_config(shape), weights)
+    return path
+
+
+def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), seed: int = 1) -> DraftTruth:
+    generator = torch.Generator().manual_seed(seed)
+    target_layer_ids = list(range(shape.target_layers))
+    dflash_config: dict[str, object] = {
+        "mask_token_id": shape.mask_token_id,
+        "target_layer_ids": target_layer_ids,
+        "causal": spec.causal,
+        "attention_sink_bias": spec.sink,
+    }
+    if spec.sliding_window:
+        dflash_config.update(use_swa=True, swa_window_size=spec.sliding_window)
+    config = _qwen3_config(
+        shape,
+        architectures=["DFlashDraftModel"],
+        num_hidden_layers=shape.draft_layers,
+        num_target_layers=shape.target_layers,
+        block_size=5,
+        dflash_config=dflash_config,
+    )
+    weights = {
+        "fc.weight": _random(generator, shape.hidden, shape.hidden * len(target_layer_ids)),
+        "hidden_norm.weight": _ones(shape.hidden),
+        "norm.weight": _ones(shape.hidden),
+    }
+    sinks: list[tuple[float, ...]] = []
+    for layer in range(shape.draft_layers):
+        weights.update(_decoder_layer(generator, shape, f"layers.{layer}"))
+        if spec.sink:
+            values = _sink_values(generator, shape.heads)
+            weights[f"layers.{layer}.self_attn.attention_sink_bias"] = values
+            sinks.append(tuple(float(v) for v in values.float()))
+    path = root / spec.dirname
+    _write(path, config, weights)
+    return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink else None)

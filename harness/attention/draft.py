@@ -1,0 +1,194 @@
+"""Build a cell's VllmConfig, load the draft through vLLM's real loaders, and read what
+vLLM reports: the backend each draft layer carries, the platform selector's choice for the
+request in isolation, and the requested backend's own claim.
+
+Device-agnostic: the lane passes the device and owns everything platform-specific
+(distributed init, accelerator patches). Imports vLLM, so only lanes import this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.attention.checkpoint import DraftTruth
+from harness.observation import Claim
+
+LOADERS = ("v1", "v2")
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """Engine settings every cell shares; block size 32 suits CPU_ATTN (multiple of 32)."""
+
+    block_size: int = 32
+    num_speculative_tokens: int = 4
+    max_model_len: int = 256
+    max_num_seqs: int = 4
+    kv_cache_memory_bytes: int = 64 * 1024 * 1024
+    kv_cache_dtype: str = "auto"
+
+
+def engine_config(
+    target: Path, draft: Path, requested: str | None, dtype: str, shape: EngineShape = EngineShape()
+) -> Any:
+    """The VllmConfig an engine would build for this cell (no engine is started)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    speculative: dict[str, object] = {
+        "method": "dflash",
+        "model": str(draft),
+        "num_speculative_tokens": shape.num_speculative_tokens,
+    }
+    if requested is not None:
+        speculative["attention_backend"] = requested
+    args = EngineArgs(
+        model=str(target),
+        speculative_config=speculative,
+        load_format="auto",
+        enforce_eager=True,
+        max_model_len=shape.max_model_len,
+        max_num_seqs=shape.max_num_seqs,
+        max_num_batched_tokens=shape.max_model_len,
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        block_size=shape.block_size,
+        kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
+        kv_cache_dtype=shape.kv_cache_dtype,
+    )
+    return args.create_engine_config()
+
+
+def load_target(vllm_config: Any) -> nn.Module:
+    """Build the target under its own config: layers register in the config they are built
+    under, and a second model under one config fails with "Duplicate layer name"."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader import get_model
+
+    with set_current_vllm_config(vllm_config):
+        return get_model(vllm_config=vllm_config)
+
+
+@dataclass(frozen=True)
+class LoadedDraft:
+    """The draft model and the causal flag each layer's metadata gets from its runner."""
+
+    model: nn.Module
+    causal: tuple[bool, ...]
+
+
+def load_draft(loader: str, target: nn.Module, vllm_config: Any, device: torch.device) -> LoadedDraft:
+    """Call the real draft loader. The caller holds ``set_current_vllm_config(vllm_config)``.
+
+    v2: ``load_dflash_model`` (Model Runner V2), the loader PR #46770 fixed; its speculator
+        builds metadata with each layer's ``get_draft_attn_causal()`` flag.
+    v1: ``DFlashProposer.load_model`` (Model Runner V1, ``SpecDecodeBaseProposer._get_model``),
+        the path ``vllm.LLM`` takes wherever V2 is unavailable (CPU has no Triton); its
+        metadata carries one flag for all layers, ``dflash_causal``.
+    """
+    if loader == "v2":
+        from vllm.v1.worker.gpu.spec_decode.dflash.utils import load_dflash_model
+
+        model: nn.Module = load_dflash_model(target, vllm_config)
+        return LoadedDraft(model, tuple(bool(c) for c in model.get_draft_attn_causal()))
+    if loader == "v1":
+        from vllm.v1.spec_decode.dflash import DFlashProposer
+
+        proposer = DFlashProposer(vllm_config, device)
+        proposer.load_model(target)
+        layers = len(proposer.model.model.layers)
+        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers)
+    raise ValueError(f"unknown loader {loader!r} (valid: {', '.join(LOADERS)})")
+
+
+def attention_layers(draft: nn.Module) -> list[Any]:
+    """The draft's attention layers in checkpoint order (draft layer i = ``layers.i``)."""
+    return [layer.self_attn.attn for layer in draft.model.layers]
+
+
+def platform_name() -> str:
+    from vllm.platforms import current_platform
+
+    return type(current_platform).__name__
+
+
+def layer_backend(attn: Any) -> str:
+    name: str = attn.get_attn_backend().get_name()
+    return name
+
+
+def _selector_config(truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> Any:
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    return AttentionSelectorConfig(
+        head_size=truth.shape.head_dim,
+        dtype=dtype,
+        kv_cache_dtype=vllm_config.cache_config.cache_dtype,
+        block_size=vllm_config.cache_config.block_size,
+        has_sink=truth.spec.sink,
+        has_sliding_window=bool(truth.spec.sliding_window),
+        use_non_causal=not truth.spec.causal,
+    )
+
+
+def platform_choice(requested: str | None, truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> str:
+    """What the platform's own selector returns for this request, asked directly rather than
+    through any loader, so a loader that drops the request shows up as a different backend.
+    A clean refusal escapes as vLLM's ValueError."""
+    from vllm.platforms import current_platform
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    selected = AttentionBackendEnum[requested] if requested is not None else None
+    path = current_platform.get_attn_backend_cls(
+        selected, attn_selector_config=_selector_config(truth, dtype, vllm_config), num_heads=truth.shape.heads
+    )
+    name: str = resolve_obj_by_qualname(path).get_name()
+    return name
+
+
+def backend_claim(backend: str, truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> Claim:
+    """The backend's own word on this configuration: ``validate_configuration``, which folds in
+    ``supports_sink``, ``supports_non_causal`` and ``supports_sliding_window``.
+
+    A platform without a device capability (CPU) makes the capability check of some backends
+    (FLASH_ATTN compares it with 8.0) raise TypeError; their claim is then assembled from the
+    per-feature methods ``validate_configuration`` calls, and says so.
+    """
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    try:
+        backend_class = AttentionBackendEnum[backend].get_class()
+    except (ImportError, OSError) as exc:
+        return Claim(False, (f"backend class does not import here: {type(exc).__name__}: {exc}",))
+    selector = _selector_config(truth, dtype, vllm_config)
+    capability = current_platform.get_device_capability()
+    try:
+        reasons = list(backend_class.validate_configuration(device_capability=capability, **selector._asdict()))
+    except TypeError:
+        if capability is not None:
+            raise
+        reasons = [*_feature_reasons(backend_class, selector), "(no device capability here: per-feature claim)"]
+        return Claim(len(reasons) == 1, tuple(reasons))
+    return Claim(not reasons, tuple(str(r) for r in reasons))
+
+
+def _feature_reasons(backend_class: Any, selector: Any) -> list[str]:
+    checks = (
+        (backend_class.supports_head_size(selector.head_size), "head_size not supported"),
+        (backend_class.supports_dtype(selector.dtype), "dtype not supported"),
+        (backend_class.supports_kv_cache_dtype(selector.kv_cache_dtype), "kv_cache_dtype not supported"),
+        (backend_class.supports_block_size(selector.block_size), "block_size not supported"),
+        (not selector.has_sink or backend_class.supports_sink(), "attention sinks not supported"),
+        (
+            not selector.has_sliding_window or backend_class.supports_sliding_window(),
+            "sliding window not supported",
+        ),
+        (not selector.use_non_causal or backend_class.supports_non_causal(), "non-causal attention not supported"),
+    )
+    return [reason for ok, reason in checks if not ok]
