@@ -9,6 +9,7 @@ names the file and what is wrong.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,7 +143,28 @@ def read_junit(path: Path) -> JUnitXml:
         raise InputError(path, "", "not a JUnit report: wrong root element", ("testsuites", "testsuite")) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(path, "", f"cannot read ({exc})") from None
+    _check_junit(path, xml)
     return xml
+
+
+def _check_junit(path: Path, xml: JUnitXml) -> None:
+    """junitparser reads attributes lazily: a bad one would surface mid-merge as a traceback
+    (time="soon"), or be copied into a merged junit.xml that fails the schema. Refuse it here."""
+    for suite in xml:
+        where = f"testsuite {suite.name!r}"
+        for prop in suite.properties():
+            if prop.name is None or prop.value is None:
+                raise InputError(path, where, "a property needs a name and a value")
+        for case in suite:
+            if not case.name:
+                raise InputError(path, where, "a testcase has no name")
+            time = case._elem.get("time")
+            try:
+                seconds = float(time.replace(",", "")) if time else 0.0
+            except ValueError:
+                seconds = math.nan
+            if not math.isfinite(seconds) or seconds < 0:
+                raise InputError(path, f"{where}: testcase {case.name!r}", f"time {time!r} is not a number of seconds")
 
 
 def read_journal(path: Path) -> RunResults:
