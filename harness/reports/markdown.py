@@ -27,8 +27,9 @@ MESSAGE_CHARS = 300
 OFF = "\u274c"  # marks a verdict that differs from its expectation
 # Every character GitHub Markdown may read as markup inside a table or list item.
 _MARKUP = re.compile(r"[\\`*_\[\]<>|~#&!]")
-# Terminal escapes and NULs from exception messages: invisible at best, garbage at worst.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Terminal escapes and NULs from exception messages (invisible at best, garbage at worst), and
+# lone surrogates, which a JSON journal can carry but UTF-8 cannot.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def md(text: object, limit: int | None = None) -> str:

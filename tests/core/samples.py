@@ -1,0 +1,115 @@
+"""Small builders the core tests compose: matrix files, observations judged into results, journals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.expectations import Expectation
+from harness.journal import JournalWriter
+from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.observation import Claim, Failure, Observation
+from harness.result import CellResult, decide
+from harness.verdict import Stage, Verdict
+
+BASIC_MATRIX = """
+[matrix]
+name = "basic"
+lane = "cpu"
+timeout_s = 60
+
+[axes]
+backend = ["CPU_ATTN", "FLASH_ATTN"]
+causal = [true, false]
+sink = [true, false]
+dtype = ["bfloat16"]
+
+[tolerance]
+bfloat16 = 0.02
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def matrix_from(folder: Path, text: str = BASIC_MATRIX, expectations: str | None = None) -> Matrix:
+    if expectations is not None:
+        write(folder, "expect.toml", expectations)
+        text = text.replace("[matrix]\n", '[matrix]\nexpectations = "expect.toml"\n', 1)
+    return load_matrix(write(folder, "matrix.toml", text))
+
+
+def cell_named(matrix: Matrix, ident: str) -> Cell:
+    return next(cell for cell in expand(matrix) if cell.id == ident)
+
+
+def ran(backend: str | None, layers: Sequence[str] | None = None, **facts: Any) -> Observation:
+    """A cell that built and ran: the platform chose and the layers carry ``layers`` (default: backend)."""
+    chosen = tuple(layers) if layers is not None else (backend or "CPU_ATTN",)
+    facts.setdefault("platform_choice", chosen[0])
+    return Observation(backend, observed_backends=chosen, **facts)
+
+
+# One observation per verdict, as a lane would report it for a cell requesting FLASH_ATTN.
+OBSERVATIONS: dict[Verdict, Observation] = {
+    Verdict.PASS: ran("FLASH_ATTN", max_abs_err=1e-3, tolerance=2e-2),
+    Verdict.UNSUPPORTED: Observation("FLASH_ATTN", rejection=("sink not supported", "head size 40")),
+    Verdict.SUBSTITUTED: ran("FLASH_ATTN", ["CPU_ATTN"]),
+    Verdict.WRONG_BACKEND: ran("FLASH_ATTN", ["CPU_ATTN", "CPU_ATTN"], platform_choice="FLASH_ATTN"),
+    Verdict.MISMATCH: ran("FLASH_ATTN", max_abs_err=0.5, tolerance=2e-2),
+    Verdict.CRASH: Observation("FLASH_ATTN", failure=Failure(Stage.FORWARD, "RuntimeError", "illegal memory access")),
+    Verdict.TIMEOUT: Observation("FLASH_ATTN", timed_out=True),
+    Verdict.UNAVAILABLE: Observation("FLASH_ATTN", unavailable="flash_attn is not installed"),
+}
+
+
+def result(
+    cell: Cell,
+    verdict: Verdict,
+    expected: Verdict | None = None,
+    *,
+    claim: Claim | None = None,
+    message: str | None = None,
+    duration_s: float = 0.25,
+) -> CellResult:
+    """The result of ``cell`` observed as ``verdict`` and expected as ``expected`` (default: the same)."""
+    observation = OBSERVATIONS[verdict]
+    observation = dataclasses.replace(observation, claim=claim, duration_s=duration_s)
+    expectation = Expectation(expected or verdict, f"expected {(expected or verdict).value}", message, rule=0)
+    return decide(cell, observation, expectation)
+
+
+def write_journal(
+    path: Path,
+    results: Iterable[CellResult],
+    planned: Sequence[str],
+    *,
+    lane: str = "cpu",
+    run: dict[str, Any] | None = None,
+    env: dict[str, Any] | None = None,
+    end: bool = True,
+) -> Path:
+    writer = JournalWriter(path)
+    writer.start({"lane": lane, "matrix": "basic", **(run or {})}, planned)
+    writer.env(env if env is not None else {"platform": "cpu", "device": "x86_64", "vllm": "0.32.0", "torch": "2.13"})
+    for item in results:
+        writer.cell(item)
+    if end:
+        writer.end()
+    writer.close()
+    return path
+
+
+def journal_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def rewrite_lines(path: Path, lines: Iterable[object]) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path

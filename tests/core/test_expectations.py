@@ -1,0 +1,140 @@
+"""Expectation files: last matching rule wins, message substrings, stale rules, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from harness.errors import InputError
+from harness.expectations import NO_EXPECTATIONS, describe_stale, expectations_for, load_expectations
+from harness.matrix import expand
+from harness.result import decide
+from harness.verdict import Outcome, Verdict
+
+from .samples import OBSERVATIONS, cell_named, matrix_from, write
+
+RULES = """
+[expectations]
+default = "pass"
+reason = "CPU_ATTN serves every shape"
+
+[[expect]]
+when = { backend = "FLASH_ATTN" }
+verdict = "substituted"
+message = "CPU_ATTN"
+reason = "CpuPlatform runs CPU_ATTN whatever is requested"
+
+[[expect]]
+when = { backend = "FLASH_ATTN", sink = true }
+verdict = "unsupported"
+reason = "no sink support"
+
+[[expect]]
+when = { backend = "CPU_ATTN", dtype = "bfloat16", causal = [false] }
+verdict = "mismatch"
+reason = "known bf16 noncausal drift"
+"""
+
+
+def test_last_matching_rule_wins_and_default_covers_the_rest(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=RULES)
+    expectations = expectations_for(matrix)
+    decided = {cell.id: expectations.for_cell(cell) for cell in expand(matrix)}
+    assert decided["FLASH_ATTN-causal-nosink-bf16"].verdict == Verdict.SUBSTITUTED
+    assert decided["FLASH_ATTN-causal-nosink-bf16"].message == "CPU_ATTN"
+    assert decided["FLASH_ATTN-causal-sink-bf16"].verdict == Verdict.UNSUPPORTED  # later rule wins
+    assert decided["FLASH_ATTN-causal-sink-bf16"].describe() == "rule 1: no sink support"
+    assert decided["CPU_ATTN-noncausal-sink-bf16"].verdict == Verdict.MISMATCH
+    default = decided["CPU_ATTN-causal-sink-bf16"]
+    assert (default.verdict, default.rule, default.describe()) == (Verdict.PASS, None, "CPU_ATTN serves every shape")
+
+
+def test_no_expectations_file_expects_pass(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path)
+    assert expectations_for(matrix) is NO_EXPECTATIONS
+    assert all(NO_EXPECTATIONS.for_cell(cell).verdict == Verdict.PASS for cell in expand(matrix))
+
+
+def test_a_rule_that_decides_no_cell_is_stale(tmp_path: Path) -> None:
+    rules = (
+        RULES
+        + """
+[[expect]]
+when = { backend = "CPU_ATTN", dtype = "float16" }
+verdict = "crash"
+reason = "matches nothing: no float16 cell"
+
+[[expect]]
+when = { backend = "FLASH_ATTN" }
+verdict = "timeout"
+reason = "shadows rules 0 and 1 entirely"
+"""
+    )
+    matrix = matrix_from(tmp_path, expectations=rules)
+    expectations = expectations_for(matrix)
+    cells = expand(matrix)
+    assert [rule.index for rule in expectations.stale_rules(cells)] == [0, 1, 3]
+    stale = describe_stale(expectations, cells)
+    assert stale[2] == "expect.toml: expect[3] (matches nothing: no float16 cell) matches no cell that it decides"
+    assert describe_stale(expectations, [c for c in cells if c.get("backend") == "CPU_ATTN"])[-1].startswith(
+        "expect.toml: expect[4]"
+    )
+
+
+def test_unexpected_pass_is_reported_not_accepted(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=RULES)
+    cell = cell_named(matrix, "FLASH_ATTN-causal-sink-bf16")  # expected unsupported
+    result = decide(cell, OBSERVATIONS[Verdict.PASS], expectations_for(matrix).for_cell(cell))
+    assert (result.verdict, result.expected, result.outcome) == (
+        Verdict.PASS,
+        Verdict.UNSUPPORTED,
+        Outcome.UNEXPECTED_PASS,
+    )
+    assert not result.ok
+
+
+def test_message_substring_must_appear_in_the_cell_message(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=RULES)
+    cell = cell_named(matrix, "FLASH_ATTN-causal-nosink-bf16")  # substituted, message must contain CPU_ATTN
+    expectation = expectations_for(matrix).for_cell(cell)
+    right = decide(cell, OBSERVATIONS[Verdict.SUBSTITUTED], expectation)
+    assert right.message == "requested FLASH_ATTN, ran CPU_ATTN"
+    assert right.outcome == Outcome.MATCH
+    wrong_reason = decide(cell, OBSERVATIONS[Verdict.SUBSTITUTED], dataclasses.replace(expectation, message="TRITON"))
+    assert (wrong_reason.verdict, wrong_reason.outcome) == (Verdict.SUBSTITUTED, Outcome.CHANGED)
+
+
+BAD_RULES = {
+    "verdict-not-in-vocabulary": (
+        '[[expect]]\nwhen = { backend = "FLASH_ATTN" }\nverdict = "broken"\nreason = "r"\n',
+        ["expect[0].verdict", "'broken' is not a verdict", "pass, unsupported, substituted, wrong-backend"],
+    ),
+    "default-not-in-vocabulary": ('[expectations]\ndefault = "ok"\n', ["expectations.default", "'ok'"]),
+    "axis-not-in-matrix": (
+        '[[expect]]\nwhen = { loader = "v2" }\nverdict = "pass"\nreason = "r"\n',
+        ["expect[0].when.loader", "does not have", "valid: backend, causal, sink, dtype"],
+    ),
+    "value-invalid": (
+        '[[expect]]\nwhen = { causal = "maybe" }\nverdict = "pass"\nreason = "r"\n',
+        ["expect[0].when.causal", "not a boolean"],
+    ),
+    "no-reason": ('[[expect]]\nwhen = { sink = true }\nverdict = "pass"\n', ["expect[0].reason", "needs a reason"]),
+    "no-when": ('[[expect]]\nverdict = "pass"\nreason = "r"\n', ["expect[0].when", "missing"]),
+    "unknown-key": ('[[expect]]\nwhen = { sink = true }\nverdict = "pass"\nreason = "r"\nwhy = 1\n', ["expect[0].why"]),
+    "toml-syntax": ("[[expect]\n", ["TOML syntax error"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RULES))
+def test_bad_expectations_are_one_line_naming_file_key_and_choices(tmp_path: Path, case: str) -> None:
+    text, fragments = BAD_RULES[case]
+    matrix = matrix_from(tmp_path)
+    path = write(tmp_path, "bad-expect.toml", text)
+    with pytest.raises(InputError) as caught:
+        load_expectations(path, matrix)
+    line = caught.value.line()
+    assert "\n" not in line and line.startswith(f"{path}: ")
+    for fragment in fragments:
+        assert fragment in line

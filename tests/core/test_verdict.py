@@ -1,0 +1,115 @@
+"""Verdicts from observations, outcomes against expectations, and claim gaps."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+
+from harness.observation import Claim, Failure, Observation
+from harness.verdict import VERDICTS, ClaimGap, Judgement, Outcome, Stage, Verdict, claim_gap, judge, outcome
+
+from .samples import OBSERVATIONS, ran
+
+
+def test_vocabulary_is_exact() -> None:
+    assert VERDICTS == (
+        "pass",
+        "unsupported",
+        "substituted",
+        "wrong-backend",
+        "mismatch",
+        "crash",
+        "timeout",
+        "unavailable",
+    )
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_every_verdict_is_reachable(verdict: Verdict) -> None:
+    assert judge(OBSERVATIONS[verdict]).verdict == verdict
+
+
+def test_judgement_carries_stage_and_message() -> None:
+    crash = Judgement(Verdict.CRASH, Stage.FORWARD, "RuntimeError: illegal memory access")
+    assert judge(OBSERVATIONS[Verdict.CRASH]) == crash
+    unsupported = judge(OBSERVATIONS[Verdict.UNSUPPORTED])
+    assert (unsupported.stage, unsupported.message) == (Stage.SELECT, "sink not supported; head size 40")
+    wrong = judge(OBSERVATIONS[Verdict.WRONG_BACKEND])
+    assert wrong.stage == Stage.BUILD
+    assert (
+        wrong.message
+        == "requested FLASH_ATTN: the platform selects FLASH_ATTN, but draft layers carry CPU_ATTN, CPU_ATTN"
+    )
+    mismatch = judge(OBSERVATIONS[Verdict.MISMATCH])
+    assert (mismatch.stage, mismatch.message) == (Stage.COMPARE, "max abs error 0.5 > tolerance 0.02 on FLASH_ATTN")
+    assert judge(OBSERVATIONS[Verdict.TIMEOUT]).message == "cell ran past its time limit"
+
+
+def test_the_most_severe_fact_decides() -> None:
+    failure = Failure(Stage.METADATA, "ValueError", "bad block table")
+    assert judge(Observation("X", failure=failure, timed_out=True)).verdict == Verdict.TIMEOUT
+    assert judge(Observation("X", failure=failure, timed_out=True)).stage == Stage.METADATA
+    assert judge(Observation("X", failure=failure, rejection=("no",))).verdict == Verdict.CRASH
+    assert judge(Observation("X", unavailable="gone", rejection=("no",))).verdict == Verdict.UNAVAILABLE
+    # A lost request outranks bad numbers, and bad numbers outrank a swap.
+    lost_and_wrong = ran("FLASH_ATTN", ["CPU_ATTN"], platform_choice="FLASH_ATTN", max_abs_err=9.0, tolerance=0.1)
+    assert judge(lost_and_wrong).verdict == Verdict.WRONG_BACKEND
+    swapped_and_wrong = ran("FLASH_ATTN", ["CPU_ATTN"], max_abs_err=9.0, tolerance=0.1)
+    assert judge(swapped_and_wrong).verdict == Verdict.MISMATCH
+
+
+def test_nan_error_is_a_mismatch_not_a_pass() -> None:
+    assert judge(ran("CPU_ATTN", max_abs_err=float("nan"), tolerance=0.1)).verdict == Verdict.MISMATCH
+
+
+def test_no_draft_layer_is_a_crash_at_build() -> None:
+    judgement = judge(Observation("CPU_ATTN", platform_choice="CPU_ATTN"))
+    assert (judgement.verdict, judgement.stage) == (Verdict.CRASH, Stage.BUILD)
+
+
+def test_auto_selection_is_never_substituted() -> None:
+    assert judge(ran(None, ["CPU_ATTN"])).verdict == Verdict.PASS
+    lost = judge(ran(None, ["TRITON_ATTN"], platform_choice="CPU_ATTN"))
+    assert (lost.verdict, lost.message.split(":")[0]) == (Verdict.WRONG_BACKEND, "auto-selection")
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected", "how"),
+    [
+        (Verdict.PASS, Verdict.PASS, Outcome.MATCH),
+        (Verdict.PASS, Verdict.UNSUPPORTED, Outcome.UNEXPECTED_PASS),
+        (Verdict.SUBSTITUTED, Verdict.CRASH, Outcome.UNEXPECTED_PASS),
+        (Verdict.MISMATCH, Verdict.PASS, Outcome.REGRESSION),
+        (Verdict.CRASH, Verdict.UNSUPPORTED, Outcome.REGRESSION),
+        (Verdict.UNAVAILABLE, Verdict.UNSUPPORTED, Outcome.CHANGED),
+        (Verdict.TIMEOUT, Verdict.CRASH, Outcome.CHANGED),
+        (Verdict.WRONG_BACKEND, Verdict.MISMATCH, Outcome.CHANGED),
+    ],
+)
+def test_outcome(observed: Verdict, expected: Verdict, how: Outcome) -> None:
+    assert outcome(observed, expected) == how
+
+
+def test_outcome_is_total_and_antisymmetric() -> None:
+    flip = {Outcome.UNEXPECTED_PASS: Outcome.REGRESSION, Outcome.REGRESSION: Outcome.UNEXPECTED_PASS}
+    for a, b in itertools.product(Verdict, Verdict):
+        forward, backward = outcome(a, b), outcome(b, a)
+        assert (forward == Outcome.MATCH) == (a == b)
+        assert backward == flip.get(forward, forward)
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_claim_gaps(verdict: Verdict) -> None:
+    fails = verdict in (Verdict.UNSUPPORTED, Verdict.MISMATCH, Verdict.CRASH, Verdict.TIMEOUT)
+    assert claim_gap(Claim(True), verdict) == (ClaimGap.OVER_CLAIM if fails else None)
+    assert claim_gap(Claim(False, ("no sinks",)), verdict) == (
+        ClaimGap.UNDER_CLAIM if verdict == Verdict.PASS else None
+    )
+    assert claim_gap(None, verdict) is None
+
+
+def test_observation_is_immutable() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        OBSERVATIONS[Verdict.PASS].timed_out = True  # type: ignore[misc]
