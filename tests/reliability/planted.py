@@ -12,6 +12,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from harness.expectations import expectations_for
+from harness.journal import JournalWriter, now_iso, read_journals
+from harness.lanes.fake import create
+from harness.matrix import expand, load_matrix
+from harness.reports.build import write_reports
+from harness.result import decide
+
 CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
 
 
@@ -95,3 +102,26 @@ def run_matrix_pytest(
         timeout=timeout,
         check=False,
     )
+
+
+def write_good_reports(folder: Path) -> tuple[Path, Path]:
+    """A journal of a small fake run and the reports built from it, made in this process
+    (no cell processes: only well-behaved cells). Returns (journal file, report dir)."""
+    matrix = load_matrix(
+        write_fake_matrix(
+            folder, "good", ["A_ATTN", "B_ATTN"], {"A_ATTN-causal-nosink": "mismatch", "B_ATTN-causal-sink": "reject"}
+        )
+    )
+    lane = create(matrix)
+    expectations = expectations_for(matrix)
+    cells = expand(matrix)
+    journal = JournalWriter(folder / "good" / "journal" / "main.jsonl")
+    journal.start({"lane": "fake", "matrix": "good", "started": now_iso()}, [cell.id for cell in cells])
+    journal.env(dict(lane.environment()))
+    for cell in cells:
+        journal.cell(decide(cell, lane.observe(cell, lambda stage: None), expectations.for_cell(cell)))
+    journal.end()
+    journal.close()
+    out = folder / "good"
+    write_reports(read_journals([journal.path]), out)
+    return journal.path, out

@@ -105,9 +105,7 @@ def test_crashes_are_isolated_and_reported_exactly(tmp_path: Path, workers: list
     assert len(contents.runs) == (2 if workers else 1)
     report = json.loads((out / "matrix.json").read_text())
     assert sorted(cell["id"] for cell in report["cells"]) == sorted(CELLS)
-    assert Counter(cell["verdict"] for cell in report["cells"]) == Counter(
-        expected_record(ident)[0] for ident in CELLS
-    )
+    assert Counter(cell["verdict"] for cell in report["cells"]) == Counter(expected_record(ident)[0] for ident in CELLS)
 
 
 def test_unexpected_crashes_fail_the_run_and_only_their_cells(tmp_path: Path) -> None:

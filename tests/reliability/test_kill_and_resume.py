@@ -67,7 +67,11 @@ def kill_mid_matrix(matrix: Path, out: Path) -> list[dict[str, Any]]:
 def report(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", "report", *args],
-        capture_output=True, text=True, timeout=60, check=False, env=inner_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=inner_env(),
     )
 
 
