@@ -1,0 +1,59 @@
+"""The checkpoint writer records exactly what it wrote: the reference's only source of parameters."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from harness.attention.checkpoint import DraftSpec, ModelShape, write_draft, write_target
+
+
+def test_draft_config_carries_the_requested_attention(tmp_path):
+    truth = write_draft(tmp_path, DraftSpec(causal=True, sink=True, sliding_window=16))
+    config = json.loads((truth.path / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["dflash_config"] == {
+        "mask_token_id": ModelShape().mask_token_id,
+        "target_layer_ids": [0, 1],
+        "causal": True,
+        "attention_sink_bias": True,
+        "use_swa": True,
+        "swa_window_size": 16,
+    }
+    assert truth.window == 16
+    assert truth.scale == ModelShape().head_dim ** -0.5
+
+
+def test_no_window_writes_no_swa_keys(tmp_path):
+    truth = write_draft(tmp_path, DraftSpec(causal=False, sink=False))
+    dflash = json.loads((truth.path / "config.json").read_text())["dflash_config"]
+    assert "use_swa" not in dflash and "swa_window_size" not in dflash
+    assert truth.sinks is None and truth.window is None
+    assert not any("sink" in name for name in load_file(truth.path / "model.safetensors"))
+
+
+def test_recorded_sinks_are_the_written_sinks_and_matter(tmp_path):
+    shape = ModelShape()
+    truth = write_draft(tmp_path, DraftSpec(causal=False, sink=True))
+    weights = load_file(truth.path / "model.safetensors")
+    assert truth.sinks is not None and len(truth.sinks) == shape.draft_layers
+    for layer in range(shape.draft_layers):
+        written = weights[f"layers.{layer}.self_attn.attention_sink_bias"]
+        assert written.shape == (shape.heads,)
+        assert tuple(written.float().tolist()) == truth.layer_sinks(layer)
+        # Sink logits of order one or more: a dropped sink moves the output visibly.
+        assert written.float().abs().max() > 1.0
+
+
+def test_target_and_drafts_differ_only_where_asked(tmp_path):
+    target = write_target(tmp_path)
+    config = json.loads((target / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3ForCausalLM"]
+    a = write_draft(tmp_path, DraftSpec(causal=True, sink=False))
+    b = write_draft(tmp_path, DraftSpec(causal=False, sink=False))
+    assert a.path != b.path
+    wa, wb = load_file(a.path / "model.safetensors"), load_file(b.path / "model.safetensors")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[name], wb[name]) for name in wa)

@@ -1,0 +1,122 @@
+"""The fp32 reference against plain loops over scalars: sinks, windows, causality, GQA.
+
+Needs torch only (no vLLM), so any lane's environment can run it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.attention.reference import reference_attention, visible_keys
+
+
+def brute_force(q, keys, values, query_lens, scale, causal, sinks, window):
+    """One query, one head, one key at a time, straight from the definitions in the module docstring."""
+    heads = q.shape[1]
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    token = 0
+    for k, v, q_len in zip(keys, values, query_lens, strict=True):
+        seq_len, kv_heads, dim = k.shape
+        for i in range(q_len):
+            pos = seq_len - q_len + i
+            for h in range(heads):
+                kv = h // (heads // kv_heads)
+                logits = []
+                for j in range(seq_len):
+                    if causal and j > pos:
+                        continue
+                    if window and pos - j >= window:
+                        continue
+                    dot = sum(float(q[token, h, d]) * float(k[j, kv, d]) for d in range(dim))
+                    logits.append((j, dot * scale))
+                top = max([s for _, s in logits] + ([sinks[h]] if sinks else []))
+                denom = sum(math.exp(s - top) for _, s in logits)
+                if sinks:
+                    denom += math.exp(sinks[h] - top)
+                for j, s in logits:
+                    weight = math.exp(s - top) / denom
+                    for d in range(dim):
+                        out[token, h, d] += weight * float(v[j, kv, d])
+            token += 1
+    return out
+
+
+def tiny_batch(seed: int = 0, heads: int = 4, kv_heads: int = 2, dim: int = 3):
+    generator = torch.Generator().manual_seed(seed)
+    seq_lens, query_lens = (7, 3, 12), (3, 2, 3)
+    q = torch.randn(sum(query_lens), heads, dim, generator=generator)
+    keys = [torch.randn(s, kv_heads, dim, generator=generator) for s in seq_lens]
+    values = [torch.randn(s, kv_heads, dim, generator=generator) for s in seq_lens]
+    return q, keys, values, query_lens
+
+
+SINKS = (1.5, -0.5, 3.0, 0.25)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+@pytest.mark.parametrize("sinks", [None, SINKS], ids=["nosink", "sink"])
+@pytest.mark.parametrize("window", [None, 1, 4], ids=["nowindow", "window1", "window4"])
+def test_reference_matches_brute_force(causal, sinks, window):
+    q, keys, values, query_lens = tiny_batch()
+    got = reference_attention(q, keys, values, query_lens, scale=0.7, causal=causal, sinks=sinks, window=window)
+    want = brute_force(q, keys, values, query_lens, 0.7, causal, sinks, window)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got.double(), want, atol=1e-5), (got.double() - want).abs().max()
+
+
+def test_each_parameter_moves_the_output():
+    """A backend that drops any one of them must disagree with the reference."""
+    q, keys, values, query_lens = tiny_batch(seed=1)
+
+    def run(**overrides):
+        kwargs = {"scale": 0.7, "causal": True, "sinks": SINKS, "window": 4} | overrides
+        return reference_attention(q, keys, values, query_lens, **kwargs)
+
+    base = run()
+    for change in ({"scale": 0.7 * 1.02}, {"causal": False}, {"sinks": None}, {"window": None}):
+        assert (run(**change) - base).abs().max() > 1e-3, change
+
+
+def test_bottom_right_mask():
+    # 5 keys, the last 2 are queries: query 0 sits at position 3, query 1 at position 4.
+    assert visible_keys(5, 2, causal=True, window=None).tolist() == [
+        [True, True, True, True, False],
+        [True, True, True, True, True],
+    ]
+    assert visible_keys(5, 2, causal=False, window=None).all()
+    # A window counts the query itself: window 2 at position 3 sees keys 2 and 3.
+    assert visible_keys(5, 2, causal=True, window=2).tolist() == [
+        [False, False, True, True, False],
+        [False, False, False, True, True],
+    ]
+    # Non-causal with a window: the left bound only, later keys stay visible.
+    assert visible_keys(5, 2, causal=False, window=2).tolist() == [
+        [False, False, True, True, True],
+        [False, False, False, True, True],
+    ]
+
+
+def test_sink_only_adds_to_the_denominator():
+    """With one visible key the output is that key's value scaled by 1 / (1 + exp(sink - logit))."""
+    q = torch.zeros(1, 1, 2)
+    keys = [torch.zeros(1, 1, 2)]
+    values = [torch.tensor([[[2.0, -4.0]]])]
+    out = reference_attention(q, keys, values, [1], scale=1.0, causal=True, sinks=[0.0], window=None)
+    assert torch.allclose(out, torch.tensor([[[1.0, -2.0]]]))
+
+
+def test_gqa_query_heads_share_kv_heads():
+    q = torch.ones(1, 4, 1)
+    keys = [torch.zeros(1, 2, 1)]
+    values = [torch.tensor([[[10.0], [20.0]]])]
+    out = reference_attention(q, keys, values, [1], scale=1.0, causal=True, sinks=None, window=None)
+    assert out.flatten().tolist() == [10.0, 10.0, 20.0, 20.0]
+
+
+def test_mismatched_batch_is_an_error():
+    q, keys, values, _ = tiny_batch()
+    with pytest.raises(ValueError, match="one entry per request"):
+        reference_attention(q, keys, values[:2], (3, 2, 3), scale=1.0, causal=True, sinks=None, window=None)
