@@ -22,6 +22,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("report", "harness.commands.report"),
     ("merge", "harness.commands.merge"),
     ("diff", "harness.commands.diff"),
+    ("drift", "harness.commands.drift"),
 )
 
 
