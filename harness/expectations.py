@@ -65,7 +65,9 @@ class ExpectationSet:
         return tuple(rule for rule in self.rules if rule.index not in used)
 
 
-NO_EXPECTATIONS = ExpectationSet(path=None, default=Expectation(Verdict.PASS, "no expectations file: every cell should pass"))
+NO_EXPECTATIONS = ExpectationSet(
+    path=None, default=Expectation(Verdict.PASS, "no expectations file: every cell should pass")
+)
 
 
 def _verdict(path: Path, key: str, value: object) -> Verdict:

@@ -112,7 +112,9 @@ def load_matrix(path: str | Path) -> Matrix:
         raise InputError(path, "matrix.expectations", "must be a path relative to the matrix file")
 
     axes = _read_axes(path, raw.get("axes"))
-    exclusions = tuple(_read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(_tables(path, raw, "exclude")))
+    exclusions = tuple(
+        _read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(_tables(path, raw, "exclude"))
+    )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
     options = raw.get("options", {})
     if not isinstance(options, dict):
