@@ -183,12 +183,15 @@ def merge(inputs: Inputs) -> tuple[MergedReport, JUnitXml]:
         for item in run.meta.get("stale_expectations") or ():
             stale.setdefault(repr(item), item)
     sources = [part.source for part in inputs.results] + [part.source for part in inputs.junit]
+    ordered_runs = sorted(runs, key=lambda r: (r.lane, r.device, r.vllm_version, r.platform, r.torch_version))
+    position = {run.key: index for index, run in enumerate(ordered_runs)}
     report = MergedReport(
-        runs=tuple(sorted(runs, key=lambda r: (r.lane, r.device, r.vllm_version, r.platform, r.torch_version))),
-        rows=tuple(rows),
+        runs=tuple(ordered_runs),
+        # Grouped by run (a stable sort keeps each run's plan order): merging a merge changes nothing.
+        rows=tuple(sorted(rows, key=lambda row: position[row.run])),
         conflicts=tuple(conflicts),
         junit_conflicts=tuple(junit_conflicts),
-        not_run=tuple(not_run),
+        not_run=tuple(sorted(not_run, key=lambda item: position[item[0]])),
         stale_expectations=tuple(stale.values()),
         sources=tuple(dict.fromkeys(sources)),
         junit_only=junit_only,

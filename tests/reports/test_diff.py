@@ -1,0 +1,99 @@
+"""diff: what changed between two reports, and an exit status CI can gate on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.reports.diff import Change, diff_reports, load_report
+from tests.reports.shards import DEFAULT_ENV, cell, write_journal, write_shard
+
+NEXT_NIGHT = {**DEFAULT_ENV, "vllm_version": "0.34.0.dev1"}
+
+
+def _diff(tmp_path: Path, before: list, after: list, **after_journal: object) -> tuple[int, dict]:
+    old = write_shard(tmp_path / "old", before)
+    new = write_shard(tmp_path / "new", after, **after_journal)
+    out = tmp_path / "diff.json"
+    status = main(["diff", str(old), str(new / "matrix.json"), "--json", str(out), "--md", str(tmp_path / "d.md")])
+    return status, json.loads(out.read_text())
+
+
+def _kinds(data: dict) -> dict[str, str]:
+    return {change["id"]: change["kind"] for change in data["changes"]}
+
+
+def test_identical_reports_exit_0(tmp_path: Path) -> None:
+    cells = [cell(), cell(sink=True, verdict="unsupported")]
+    status, data = _diff(tmp_path, cells, cells)
+    assert status == 0 and data["changes"] == [] and data["counts"]["unchanged"] == 2
+
+
+def test_a_new_failure_on_a_new_nightly_of_the_same_machine_exits_1(tmp_path: Path) -> None:
+    before = [cell(), cell("TRITON_ATTN", sink=True)]
+    after = [cell(), cell("TRITON_ATTN", sink=True, verdict="crash", expected="pass", message="CUDA error")]
+    status, data = _diff(tmp_path, before, after, env=NEXT_NIGHT)
+    assert status == 1 and data["regressed"] is True
+    (change,) = data["changes"]
+    assert change["kind"] == "new-failure" and change["after"]["message"] == "CUDA error"
+    # The same machine on a newer vLLM is paired, not reported as one run gone and one new.
+    assert data["runs"][0]["baseline"].endswith("vllm 0.33.0 / torch 2.14.0")
+    assert data["runs"][0]["current"].endswith("vllm 0.34.0.dev1 / torch 2.14.0")
+    assert "New failures" in (tmp_path / "d.md").read_text()
+
+
+def test_a_worse_verdict_regresses_even_when_the_expectation_followed_it(tmp_path: Path) -> None:
+    status, data = _diff(tmp_path, [cell()], [cell(verdict="unsupported")])
+    assert status == 1 and _kinds(data) == {cell().id: "worse"}
+
+
+def test_fixes_better_and_sideways_changes_do_not_regress(tmp_path: Path) -> None:
+    before = [
+        cell("A", verdict="crash", expected="pass"),
+        cell("B", verdict="unsupported"),
+        cell("C", verdict="unsupported"),
+    ]
+    after = [cell("A"), cell("B"), cell("C", verdict="unavailable")]
+    status, data = _diff(tmp_path, before, after)
+    assert status == 0
+    assert _kinds(data) == {cell("A").id: "fixed", cell("B").id: "better", cell("C").id: "changed"}
+
+
+def test_cells_appearing_and_disappearing_are_listed_and_gate_only_when_asked(tmp_path: Path) -> None:
+    status, data = _diff(tmp_path, [cell("A"), cell("B")], [cell("A"), cell("C")])
+    assert status == 0
+    assert _kinds(data) == {cell("B").id: "disappeared", cell("C").id: "appeared"}
+    assert main(["diff", str(tmp_path / "old"), str(tmp_path / "new"), "--fail-on-missing"]) == 1
+
+
+def test_a_cell_that_matched_and_is_now_planned_but_not_run_regresses(tmp_path: Path) -> None:
+    old = write_shard(tmp_path / "old", [cell("A"), cell("B")])
+    new = tmp_path / "new"
+    write_journal(new / "journal" / "gw0.jsonl", [cell("A")], planned=[cell("A").id, cell("B").id], ended=False)
+    assert main(["report", str(new / "journal"), "--out", str(new)]) == 0
+    diff = diff_reports(load_report(old), load_report(new))
+    assert [(c.kind, c.cell_id) for c in diff.changes] == [(Change.NOT_RUN, cell("B").id)]
+    assert diff.regressed
+
+
+def test_side_by_side_versions_pair_by_full_key(tmp_path: Path) -> None:
+    # A baseline merged from two vLLM versions on one machine, against a newer merge of both.
+    write_shard(tmp_path / "a33", [cell()])
+    newer = {**DEFAULT_ENV, "vllm_version": "0.34.0"}
+    write_shard(tmp_path / "a34", [cell(verdict="crash", expected="crash")], env=newer)
+    write_shard(tmp_path / "b33", [cell()])
+    write_shard(tmp_path / "b34", [cell()], env=newer)
+    assert main(["merge", str(tmp_path / "a33"), str(tmp_path / "a34"), "--out", str(tmp_path / "base")]) == 0
+    assert main(["merge", str(tmp_path / "b33"), str(tmp_path / "b34"), "--out", str(tmp_path / "cur")]) == 0
+    diff = diff_reports(load_report(tmp_path / "base"), load_report(tmp_path / "cur"))
+    assert [(c.kind, c.run.split(" / ")[3]) for c in diff.changes] == [(Change.BETTER, "vllm 0.34.0")]
+    assert all(pair.baseline and pair.current and pair.baseline.key == pair.current.key for pair in diff.pairs)
+
+
+def test_markdown_goes_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = write_shard(tmp_path / "old", [cell()])
+    assert main(["diff", str(old), str(old)]) == 0
+    assert capsys.readouterr().out.startswith("# DFlash matrix diff")
