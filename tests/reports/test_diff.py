@@ -9,7 +9,8 @@ import pytest
 
 from harness.cli import main
 from harness.reports.diff import Change, diff_reports, load_report
-from tests.reports.shards import DEFAULT_ENV, cell, write_journal, write_shard
+
+from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
 NEXT_NIGHT = {**DEFAULT_ENV, "vllm_version": "0.34.0.dev1"}
 

@@ -17,7 +17,8 @@ from harness.reports.drift import (
     parse_backend_table,
 )
 from harness.reports.merge import Row
-from tests.reports.shards import cell, write_shard
+
+from .shards import cell, write_shard
 
 DATA = Path(__file__).parent / "data"
 TABLE = DATA / "attention_backends.md"

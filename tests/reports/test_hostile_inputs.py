@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from tests.reports.shards import cell, write_shard
+
+from .shards import cell, write_shard
 
 BILLION_LAUGHS = """<?xml version="1.0"?>
 <!DOCTYPE lolz [
@@ -24,7 +25,7 @@ EXTERNAL_ENTITY = """<?xml version="1.0"?>
 """
 CELL = cell().to_json()
 
-BAD_INPUTS = {
+BAD_INPUTS: dict[str, tuple[str | bytes, str]] = {
     "laughs.xml": (BILLION_LAUGHS, "unsafe XML refused"),
     "external.xml": (EXTERNAL_ENTITY, "unsafe XML refused"),
     "truncated.xml": ('<testsuites><testsuite name="x"><testcase name="a"', "not well-formed XML"),

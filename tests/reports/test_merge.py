@@ -13,7 +13,8 @@ from harness.cli import main
 from harness.reports.inputs import load_inputs, read_matrix_json
 from harness.reports.merge import merge, render_merged
 from harness.reports.step_summary import SUMMARY_LIMIT_BYTES, TRUNCATED_NOTE, append_step_summary, fit_summary
-from tests.reports.shards import DEFAULT_ENV, cell, write_journal, write_shard
+
+from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
 XSD = Path(__file__).parents[1] / "core" / "schemas" / "junit-10.xsd"
 B200 = {**DEFAULT_ENV, "device": "NVIDIA B200"}
