@@ -7,7 +7,8 @@ every kind of fault and check the harness reports each one exactly::
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
 Actions: pass (default), abort, segfault, exit, hang, raise, mismatch, reject,
-substitute, lose-request, unavailable. ``sleep_s = 0.3`` makes every forward stage
+substitute, lose-request, unavailable, poison (passes, but marks its process as
+untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
 take that long, so a test can kill a run while it is mid-matrix. It never stands in
 for a real lane's evidence.
 """
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Observation
+from harness.runner import POISONED
 from harness.verdict import Stage
 
 ACTIONS = (
@@ -37,6 +39,7 @@ ACTIONS = (
     "substitute",
     "lose-request",
     "unavailable",
+    "poison",
 )
 
 
@@ -62,7 +65,7 @@ class FakeLane:
         action = self.actions.get(cell.id, "pass")
         requested = cell.requested_backend
         backend = requested or "FAKE_AUTO"
-        details = {"pid": self.pid}
+        details: dict[str, object] = {"pid": self.pid}
         stage_log(Stage.CONFIG)
         if action == "unavailable":
             return Observation(requested, unavailable=f"{requested} is not installed here", details=details)
@@ -92,6 +95,8 @@ class FakeLane:
             raise RuntimeError("planted failure in forward")
         stage_log(Stage.COMPARE)
         error = 1.0 if action == "mismatch" else 0.0
+        if action == "poison":
+            details[POISONED] = True
         return Observation(
             requested,
             platform_choice=choice,
