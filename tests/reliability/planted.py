@@ -9,15 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness.expectations import expectations_for
 from harness.journal import JournalWriter, now_iso, read_journals
 from harness.lanes.fake import create
-from harness.matrix import expand, load_matrix
+from harness.matrix import Cell, expand, load_matrix
+from harness.observation import Observation
 from harness.reports.build import write_reports
 from harness.result import decide
+from harness.verdict import Stage
 
 CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
 
@@ -125,3 +128,18 @@ def write_good_reports(folder: Path) -> tuple[Path, Path]:
     out = folder / "good"
     write_reports(read_journals([journal.path]), out)
     return journal.path, out
+
+
+def abort_sinks_in_forward(lane: Any) -> None:
+    """A plant (``plants=["...planted:abort_sinks_in_forward"]``): every cell with an attention
+    sink kills its process in the forward stage, as a kernel that mishandles sinks would."""
+    observe = lane.observe
+
+    def planted(cell: Cell, stage_log: Callable[[Stage], None]) -> Observation:
+        if cell.get("sink"):
+            stage_log(Stage.FORWARD)
+            os.abort()
+        result: Observation = observe(cell, stage_log)
+        return result
+
+    lane.observe = planted

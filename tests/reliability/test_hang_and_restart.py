@@ -61,3 +61,27 @@ def test_lane_that_cannot_start_fails_every_cell_at_config_with_the_reason(tmp_p
     assert {r.verdict for r in results} == {Verdict.CRASH}
     assert {r.stage for r in results} == {Stage.CONFIG}
     assert all("unknown fake actions ['explode']" in r.message for r in results)
+
+
+def test_poisoned_process_is_retired_after_its_cell(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "poison", ["A_ATTN"], {"A_ATTN-causal-nosink": "poison"})
+
+    results = run_matrix(path)
+
+    assert [r.verdict for r in results] == [Verdict.PASS] * 4
+    pids = [r.details["pid"] for r in results]
+    assert pids[0] == pids[1] != pids[2] == pids[3]
+
+
+def test_plants_are_applied_again_in_every_replacement_process(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "plant", ["A_ATTN", "B_ATTN"])
+
+    results = run_matrix(path, plants=[f"{__package__}.planted:abort_sinks_in_forward"])
+
+    assert [r.id for r in results] == cell_ids(["A_ATTN", "B_ATTN"])
+    for result in results:
+        if result.axes["sink"]:
+            assert (result.verdict, result.stage) == (Verdict.CRASH, Stage.FORWARD), result.id
+            assert result.message == "ProcessDied: cell process killed by SIGABRT during stage forward"
+        else:
+            assert result.verdict == Verdict.PASS, result.id
