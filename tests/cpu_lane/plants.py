@@ -1,0 +1,117 @@
+"""Faults planted into vLLM inside the cpu lane's cell process (``run_matrix(plants=...)``).
+
+Each is ``function(lane)``, called once after the lane is created and before its first cell.
+They patch vLLM itself, never the harness, so a fault the lane reports is one it saw.
+A plant that needs to say it really fired appends a line to the file named by
+``PLANT_LOG`` (the cell process inherits the test's environment).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+PLANT_LOG = "DFLASH_TEST_PLANT_LOG"
+
+
+def _log(line: str) -> None:
+    path = os.environ.get(PLANT_LOG)
+    if path:
+        with open(path, "a") as handle:
+            handle.write(line + "\n")
+
+
+def drop_sinks(lane: Any) -> None:
+    """CPU_ATTN's kernel runs without the layer's sink logits."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    forward = CPUAttentionBackendImpl.forward
+
+    @functools.wraps(forward)
+    def without_sinks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        sinks, self.sinks = self.sinks, None
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            self.sinks = sinks
+
+    CPUAttentionBackendImpl.forward = without_sinks  # type: ignore[method-assign]
+
+
+def force_causal_metadata(lane: Any) -> None:
+    """CPU_ATTN's metadata builder ignores a non-causal request."""
+    import dataclasses
+
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionMetadataBuilder
+
+    build = CPUAttentionMetadataBuilder.build
+
+    @functools.wraps(build)
+    def always_causal(self: Any, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False) -> Any:
+        return build(self, common_prefix_len, dataclasses.replace(common_attn_metadata, causal=True), fast_build)
+
+    CPUAttentionMetadataBuilder.build = always_causal  # type: ignore[method-assign]
+
+
+def scale_off_by_two_percent(lane: Any) -> None:
+    """CPU_ATTN's impl scales the logits 2% too much."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    init = CPUAttentionBackendImpl.__init__
+
+    @functools.wraps(init)
+    def skewed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self.scale *= 1.02
+
+    CPUAttentionBackendImpl.__init__ = skewed  # type: ignore[method-assign]
+
+
+def drop_backend_in_loader(lane: Any) -> None:
+    """Model Runner V2's loader without ``backend=``: the PR #46770 regression, reintroduced.
+
+    The draft then selects with the target's (auto) attention config instead of the request.
+    """
+    from vllm.config import AttentionConfig
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils
+
+    replace = utils.replace
+
+    def without_backend(obj: Any, **changes: Any) -> Any:
+        if isinstance(obj, AttentionConfig) and "backend" in changes:
+            _log(f"dropped backend={changes.pop('backend')}")
+        return replace(obj, **changes)
+
+    utils.replace = without_backend
+
+
+def hand_draft_flex_for_triton(lane: Any) -> None:
+    """A V2 loader that builds the draft's layers on FLEX_ATTENTION whenever TRITON_ATTN was
+    requested: a draft layer diverging from the platform's choice, which on CPU (where every
+    request becomes CPU_ATTN) dropping ``backend=`` alone can never produce."""
+    from vllm.platforms import current_platform
+    from vllm.v1.attention import selector
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils
+
+    get_model = utils.get_model
+    platform = type(current_platform)
+
+    def diverted(*, vllm_config: Any, **kwargs: Any) -> Any:
+        if vllm_config.attention_config.backend != AttentionBackendEnum.TRITON_ATTN:
+            return get_model(vllm_config=vllm_config, **kwargs)
+        honest = platform.__dict__["get_attn_backend_cls"]
+        platform.get_attn_backend_cls = classmethod(  # type: ignore[method-assign,assignment]
+            lambda cls, *args, **kw: AttentionBackendEnum.FLEX_ATTENTION.get_path()
+        )
+        # vLLM caches selections per request; neither the diverted answer nor an honest
+        # one cached earlier may leak across this boundary.
+        selector._cached_get_attn_backend.cache_clear()
+        try:
+            return get_model(vllm_config=vllm_config, **kwargs)
+        finally:
+            platform.get_attn_backend_cls = honest  # type: ignore[method-assign]
+            selector._cached_get_attn_backend.cache_clear()
+
+    utils.get_model = diverted

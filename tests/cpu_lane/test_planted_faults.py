@@ -1,0 +1,103 @@
+"""The cpu lane has teeth: faults planted into vLLM change exactly the verdicts they should.
+
+Each test runs a slice of matrices/cpu.toml through the runner, in a fresh cell process
+with one plant applied, and compares every verdict with what the plant must produce:
+affected cells get the planted verdict, every other cell keeps its expected one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from harness.matrix import expand, load_matrix
+from harness.result import CellResult
+from harness.runner import run_matrix
+from harness.verdict import Verdict
+
+from . import plants
+
+pytestmark = pytest.mark.vllm
+
+MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "cpu.toml"
+
+Axes = Mapping[str, object]
+
+
+def cells_where(**wanted: object) -> list[str]:
+    def keep(values: Axes) -> bool:
+        return all(values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
+
+    return [cell.id for cell in expand(load_matrix(MATRIX)) if keep(cell.values)]
+
+
+def planted(plant: Callable[..., None], cell_ids: list[str]) -> list[CellResult]:
+    results = run_matrix(MATRIX, plants=[f"{plant.__module__}:{plant.__name__}"], cell_ids=cell_ids)
+    assert sorted(r.id for r in results) == sorted(cell_ids)
+    return results
+
+
+def assert_changed_exactly(results: list[CellResult], affected: Callable[[Axes], bool], verdict: Verdict) -> None:
+    wrong = []
+    for result in results:
+        want = verdict if affected(result.axes) else result.expected
+        if result.verdict != want:
+            wrong.append(f"{result.id}: {result.verdict.value} ({result.message}), want {want.value}")
+    assert not wrong, "\n".join(wrong)
+    assert any(affected(r.axes) for r in results) and not all(affected(r.axes) for r in results)
+
+
+# Every backend request and both loaders: on CPU they all end up on CPU_ATTN's kernels.
+SLICE = {"backend": ("CPU_ATTN", "FLASH_ATTN", "auto"), "dtype": ("float32", "bfloat16")}
+
+
+def test_dropped_sinks_are_a_mismatch_in_every_sink_cell_and_nowhere_else():
+    results = planted(plants.drop_sinks, cells_where(**SLICE))
+    assert_changed_exactly(results, lambda axes: bool(axes["sink"]), Verdict.MISMATCH)
+
+
+def test_causal_metadata_forced_is_a_mismatch_in_every_noncausal_cell_and_nowhere_else():
+    results = planted(plants.force_causal_metadata, cells_where(**SLICE))
+    assert_changed_exactly(results, lambda axes: not axes["causal"], Verdict.MISMATCH)
+
+
+def test_two_percent_softmax_scale_error_is_caught_in_float32():
+    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), loader=("v2",))
+    results = planted(plants.scale_off_by_two_percent, cell_ids)
+    assert {r.verdict for r in results} == {Verdict.MISMATCH}, [(r.id, r.message) for r in results]
+    for result in results:
+        assert result.max_abs_err is not None and result.tolerance is not None
+        assert result.max_abs_err > 10 * result.tolerance, (result.id, result.max_abs_err)
+
+
+def test_loader_without_backend_changes_nothing_on_cpu(tmp_path, monkeypatch):
+    """Dropping ``backend=`` diverges nowhere here: CpuPlatform answers CPU_ATTN to the
+    request and to auto alike, so every verdict must stay what it was."""
+    log = tmp_path / "plant.log"
+    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+    results = planted(
+        plants.drop_backend_in_loader,
+        cells_where(backend=("CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",)),
+    )
+    assert_unchanged = [f"{r.id}: {r.verdict.value}, want {r.expected.value}" for r in results if not r.ok]
+    assert not assert_unchanged, "\n".join(assert_unchanged)
+    dropped = log.read_text().splitlines()
+    # The plant really fired, once per v2 cell, and v1 cells never reach that loader.
+    assert len(dropped) == sum(1 for r in results if r.axes["loader"] == "v2")
+    assert "dropped backend=AttentionBackendEnum.FLASH_ATTN" in dropped
+
+
+def test_draft_layers_on_another_backend_are_wrong_backend_exactly_there():
+    cell_ids = cells_where(backend=("CPU_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",))
+    results = planted(plants.hand_draft_flex_for_triton, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["backend"] == "TRITON_ATTN" and axes["loader"] == "v2"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_BACKEND)
+    for result in results:
+        if affected(result.axes):
+            assert set(result.observed_backends) == {"FLEX_ATTENTION"}
+            assert result.platform_choice == "CPU_ATTN"
