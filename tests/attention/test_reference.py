@@ -6,6 +6,7 @@ Needs torch only (no vLLM), so any lane's environment can run it.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -71,8 +72,8 @@ def test_each_parameter_moves_the_output():
     """A backend that drops any one of them must disagree with the reference."""
     q, keys, values, query_lens = tiny_batch(seed=1)
 
-    def run(**overrides):
-        kwargs = {"scale": 0.7, "causal": True, "sinks": SINKS, "window": 4} | overrides
+    def run(**overrides: Any) -> torch.Tensor:
+        kwargs: dict[str, Any] = {"scale": 0.7, "causal": True, "sinks": SINKS, "window": 4} | overrides
         return reference_attention(q, keys, values, query_lens, **kwargs)
 
     base = run()

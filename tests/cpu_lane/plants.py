@@ -36,7 +36,7 @@ def drop_sinks(lane: Any) -> None:
         finally:
             self.sinks = sinks
 
-    CPUAttentionBackendImpl.forward = without_sinks  # type: ignore[method-assign]
+    CPUAttentionBackendImpl.forward = without_sinks
 
 
 def force_causal_metadata(lane: Any) -> None:
@@ -51,7 +51,7 @@ def force_causal_metadata(lane: Any) -> None:
     def always_causal(self: Any, common_prefix_len: int, common_attn_metadata: Any, fast_build: bool = False) -> Any:
         return build(self, common_prefix_len, dataclasses.replace(common_attn_metadata, causal=True), fast_build)
 
-    CPUAttentionMetadataBuilder.build = always_causal  # type: ignore[method-assign]
+    CPUAttentionMetadataBuilder.build = always_causal
 
 
 def scale_off_by_two_percent(lane: Any) -> None:
@@ -65,7 +65,7 @@ def scale_off_by_two_percent(lane: Any) -> None:
         init(self, *args, **kwargs)
         self.scale *= 1.02
 
-    CPUAttentionBackendImpl.__init__ = skewed  # type: ignore[method-assign]
+    CPUAttentionBackendImpl.__init__ = skewed
 
 
 def drop_backend_in_loader(lane: Any) -> None:
@@ -102,7 +102,7 @@ def hand_draft_flex_for_triton(lane: Any) -> None:
         if vllm_config.attention_config.backend != AttentionBackendEnum.TRITON_ATTN:
             return get_model(vllm_config=vllm_config, **kwargs)
         honest = platform.__dict__["get_attn_backend_cls"]
-        platform.get_attn_backend_cls = classmethod(  # type: ignore[method-assign,assignment]
+        platform.get_attn_backend_cls = classmethod(
             lambda cls, *args, **kw: AttentionBackendEnum.FLEX_ATTENTION.get_path()
         )
         # vLLM caches selections per request; neither the diverted answer nor an honest
@@ -111,7 +111,7 @@ def hand_draft_flex_for_triton(lane: Any) -> None:
         try:
             return get_model(vllm_config=vllm_config, **kwargs)
         finally:
-            platform.get_attn_backend_cls = honest  # type: ignore[method-assign]
+            platform.get_attn_backend_cls = honest
             selector._cached_get_attn_backend.cache_clear()
 
     utils.get_model = diverted
