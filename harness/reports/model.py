@@ -24,8 +24,8 @@ _ALIASES: Mapping[str, tuple[str, ...]] = {
     "started_at": ("started",),
     "ended_at": ("ended",),
 }
-# Run metadata that the reports show elsewhere, or that is bookkeeping rather than environment.
-_NOT_ENVIRONMENT = ("stale_expectations", "resumed")
+# Run metadata shown elsewhere, or bookkeeping of one writer (an xdist worker) rather than of the run.
+_NOT_ENVIRONMENT = ("stale_expectations", "resumed", "worker")
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,30 @@ bfloat16 = 0.02
 """
 
 
+# Expectations for BASIC_MATRIX: a default, a general rule, an exception to it, one by dtype.
+RULES = """
+[expectations]
+default = "pass"
+reason = "CPU_ATTN serves every shape"
+
+[[expect]]
+when = { backend = "FLASH_ATTN" }
+verdict = "substituted"
+message = "CPU_ATTN"
+reason = "CpuPlatform runs CPU_ATTN whatever is requested"
+
+[[expect]]
+when = { backend = "FLASH_ATTN", sink = true }
+verdict = "unsupported"
+reason = "no sink support"
+
+[[expect]]
+when = { backend = "CPU_ATTN", dtype = "bfloat16", causal = [false] }
+verdict = "mismatch"
+reason = "known bf16 noncausal drift"
+"""
+
+
 def write(folder: Path, name: str, text: str) -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")

@@ -14,8 +14,7 @@ from harness.cli import COMMANDS, main
 from harness.matrix import expand
 from harness.verdict import Verdict
 
-from .samples import BASIC_MATRIX, matrix_from, result, rewrite_lines, write, write_journal
-from .test_expectations import RULES
+from .samples import BASIC_MATRIX, RULES, matrix_from, result, rewrite_lines, write, write_journal
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,29 +13,7 @@ from harness.matrix import expand
 from harness.result import decide
 from harness.verdict import Outcome, Verdict
 
-from .samples import OBSERVATIONS, cell_named, matrix_from, write
-
-RULES = """
-[expectations]
-default = "pass"
-reason = "CPU_ATTN serves every shape"
-
-[[expect]]
-when = { backend = "FLASH_ATTN" }
-verdict = "substituted"
-message = "CPU_ATTN"
-reason = "CpuPlatform runs CPU_ATTN whatever is requested"
-
-[[expect]]
-when = { backend = "FLASH_ATTN", sink = true }
-verdict = "unsupported"
-reason = "no sink support"
-
-[[expect]]
-when = { backend = "CPU_ATTN", dtype = "bfloat16", causal = [false] }
-verdict = "mismatch"
-reason = "known bf16 noncausal drift"
-"""
+from .samples import OBSERVATIONS, RULES, cell_named, matrix_from, write
 
 
 def test_last_matching_rule_wins_and_default_covers_the_rest(tmp_path: Path) -> None:
