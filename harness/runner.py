@@ -14,10 +14,13 @@ capability) expose ``process_key(cell)``; cells with another key get another chi
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import multiprocessing
+import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
@@ -38,6 +41,7 @@ from harness.verdict import STAGES, Stage
 _CONTEXT = multiprocessing.get_context("spawn")
 STARTUP_TIMEOUT_S = 600.0
 _NO_STAGE = -1
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A lane sets details[POISONED] = True when its process can no longer be trusted.
 POISONED = "process_poisoned"
 
@@ -62,10 +66,26 @@ def _resolve(spec: str) -> Callable[..., Any]:
     return function
 
 
+def _die_with_parent(parent: int) -> None:
+    """A runner killed outright (SIGKILL of the pytest process alone, the OOM killer) must not
+    leave a hung cell process behind, holding the GPU the next CI job needs. The kernel's
+    parent-death signal works even while the cell hangs in native code holding the GIL."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
 def _serve(
-    conn: Connection, matrix_path: str, plants: Sequence[str], options: dict[str, Any], stage_slot: Any
+    conn: Connection,
+    matrix_path: str,
+    plants: Sequence[str],
+    options: dict[str, Any],
+    stage_slot: Any,
+    parent: int,
 ) -> None:
     """Child process main loop: create the lane once, then run cells as they arrive."""
+    _die_with_parent(parent)
     from harness.lanes import create_lane
 
     def stage_log(stage: Stage) -> None:
@@ -156,7 +176,7 @@ class CellRunner:
         stage_slot = _CONTEXT.Value("i", _NO_STAGE, lock=False)
         process = _CONTEXT.Process(
             target=_serve,
-            args=(child_conn, str(self.matrix.path), self.plants, self.options, stage_slot),
+            args=(child_conn, str(self.matrix.path), self.plants, self.options, stage_slot, os.getpid()),
             name=f"dflash-cell-{key}",
             daemon=True,
         )
