@@ -135,3 +135,46 @@ def test_killed_run_is_reported_from_its_journal_and_resumed_without_rerunning(
         for ident in CELLS
     }
     xmlschema.XMLSchema(SCHEMA).validate(out / "junit.xml")
+
+
+def _cell_processes_of(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and b"spawn_main" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux's")
+def test_killing_the_runner_alone_takes_its_hung_cell_process_with_it(tmp_path: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "orphan", ["A_ATTN"], {"A_ATTN-causal-sink": "hang"}, timeout_s=120)
+    run = subprocess.Popen(
+        matrix_pytest_argv(matrix, tmp_path / "out"),
+        cwd=tmp_path,
+        env=inner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (cells := _cell_processes_of(run.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(cells) == 1, "the run never started its cell process"
+        time.sleep(0.5)  # into the hanging cell
+    finally:
+        run.kill()  # the pytest process only, as an OOM kill would: not its process group
+        run.wait(10)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{cells[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = Path(f"/proc/{cells[0]}").exists()
+    if alive:
+        os.kill(cells[0], signal.SIGKILL)
+    assert not alive, "the hung cell process outlived the runner that owned it"
