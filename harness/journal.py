@@ -135,6 +135,8 @@ def _records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise InputError(path, f"line {number}", f"not JSON ({exc.msg})") from None
         except RecursionError:
             raise InputError(path, f"line {number}", "JSON nested too deeply") from None
+        except ValueError:  # an integer past Python's int_max_str_digits limit
+            raise InputError(path, f"line {number}", "JSON number too long to read") from None
         if not isinstance(record, dict) or record.get("kind") not in ("run", "env", "cell", "end"):
             raise InputError(path, f"line {number}", "not a journal record", ("kind = run", "env", "cell", "end"))
         yield number, record
