@@ -184,6 +184,8 @@ def load_json(path: Path) -> Any:
         raise InputError(path, "", f"not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise InputError(path, "", "JSON nested too deeply") from None
+    except ValueError:  # an integer past Python's int_max_str_digits limit
+        raise InputError(path, "", "JSON number too long to read") from None
 
 
 def read_matrix_json(path: Path) -> list[RunResults]:
@@ -196,7 +198,10 @@ def read_matrix_json(path: Path) -> list[RunResults]:
     cells = data.get("cells")
     if not isinstance(cells, list):
         raise InputError(path, "cells", "must be a list of cell records")
-    stale = tuple(data.get("stale_expectations") or ())
+    stale_raw = data.get("stale_expectations") or []
+    if not isinstance(stale_raw, list):
+        raise InputError(path, "stale_expectations", "must be a list")
+    stale = tuple(stale_raw)
     if isinstance(data.get("run"), dict):
         run = run_from_meta(data["run"])
         return [RunResults(str(path), run, _cells(path, cells), _id_list(path, data.get("not_run")), stale)]
