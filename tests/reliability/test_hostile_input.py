@@ -27,6 +27,7 @@ class Good:
     journal_lines: list[str]
     cell: dict[str, Any]
     matrix_json: dict[str, Any]
+    matrix_json_path: Path
     junit: bytes
 
 
@@ -35,7 +36,8 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> Good:
     journal, out = write_good_reports(tmp_path_factory.mktemp("good"))
     lines = journal.read_text().splitlines()
     cell = next(json.loads(line)["cell"] for line in lines if json.loads(line)["kind"] == "cell")
-    return Good(lines, cell, json.loads((out / "matrix.json").read_text()), (out / "junit.xml").read_bytes())
+    report = out / "matrix.json"
+    return Good(lines, cell, json.loads(report.read_text()), report, (out / "junit.xml").read_bytes())
 
 
 _DROP = object()  # a key to leave out
@@ -67,7 +69,10 @@ def _matrix_json(**changes: Any) -> Callable[[Good], bytes]:
     ).encode()
 
 
-# command, input file name, its bytes, a piece of the one-line explanation
+_HUGE_NUMBER = b"9" * 5000  # past Python's int_max_str_digits
+
+# command, input file name, its bytes, a piece of the one-line explanation.
+# "diff" gets the bad file as its baseline, "diff-current" as the report it checks.
 CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
     # report: journals
     ("report", "empty.jsonl", lambda good: b"", "empty journal"),
@@ -93,6 +98,7 @@ CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
     ("report", "unknown-kind.jsonl", lambda good: b'{"kind": "party"}\n', "line 1: not a journal record"),
     ("report", "deep.jsonl", lambda good: b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested too deeply"),
     ("report", "run-types.jsonl", lambda good: b'{"kind": "run", "run": [], "planned": "all"}\n', "run record needs"),
+    ("report", "huge-number.jsonl", lambda good: b'{"kind": "end", "at": ' + _HUGE_NUMBER + b"}\n", "number too long"),
     # merge: JUnit
     ("merge", "billion-laughs.xml", lambda good: _laughs(), "unsafe XML refused"),
     (
@@ -134,6 +140,8 @@ CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
         "cells[0]: verdict 'boom' is not one of",
     ),
     ("merge", "unknown-type.txt", lambda good: b"hello", "unknown input type"),
+    ("merge", "huge-number.json", lambda good: b'{"schema": ' + _HUGE_NUMBER + b"}", "number too long"),
+    ("merge", "stale-not-list.json", _matrix_json(stale_expectations=5), "stale_expectations: must be a list"),
     # merge: journals
     (
         "merge",
@@ -142,6 +150,36 @@ CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
         "a cell record must be a JSON object",
     ),
 ]
+
+
+DIFF_CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
+    ("diff", "list.json", lambda good: b"[]", "not a matrix report: expected a JSON object"),
+    ("diff-current", "list.json", lambda good: b"[]", "not a matrix report: expected a JSON object"),
+    ("diff", "deep.json", lambda good: b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("diff-current", "binary.json", lambda good: bytes(range(256)), "cannot read"),
+    ("diff", "huge-number.json", lambda good: b'{"schema": ' + _HUGE_NUMBER + b"}", "number too long"),
+    ("diff-current", "stale-not-list.json", _matrix_json(stale_expectations=5), "stale_expectations: must be a list"),
+    ("diff", "junit.xml", lambda good: good.junit, "not a matrix report"),
+    ("diff-current", "run-string.json", _matrix_json(run="fake"), "a report needs 'run'"),
+    ("diff", "other-schema.json", _matrix_json(schema=3), "is not a known report schema"),
+    (
+        "diff-current",
+        "unknown-lane.json",
+        lambda good: json.dumps(
+            {**good.matrix_json, "cells": [{**good.matrix_json["cells"][0], "lane": "moon"}]}
+        ).encode(),
+        "cells[0]: lane 'moon' is not one of",
+    ),
+]
+CASES += DIFF_CASES
+
+
+def _argv(command: str, bad: Path, good: Good, out: Path) -> list[str]:
+    if command == "diff":
+        return ["diff", str(bad), str(good.matrix_json_path), "--md", str(out / "d.md"), "--json", str(out / "d.json")]
+    if command == "diff-current":
+        return ["diff", str(good.matrix_json_path), str(bad), "--md", str(out / "d.md"), "--json", str(out / "d.json")]
+    return [command, str(bad), "--out", str(out)]
 
 
 @pytest.mark.parametrize(("command", "name", "content", "problem"), CASES, ids=[f"{c}-{n}" for c, n, _, _ in CASES])
@@ -158,7 +196,7 @@ def test_hostile_input_is_one_line_exit_2_and_writes_nothing(
     bad.write_bytes(content(good))
     out = tmp_path / "out"
 
-    status = main([command, str(bad), "--out", str(out)])
+    status = main(_argv(command, bad, good, out))
 
     captured = capsys.readouterr()
     assert status == 2
