@@ -35,15 +35,25 @@ _ATTRIBUTE_CAPABILITY_MINOR = 76
 _WORKER_ID = re.compile(r"^gw(\d+)$")
 
 
-class NoDevice(Exception):
-    """No CUDA device is usable here; ``line()`` is the one line a user sees."""
+class DeviceRefusal(Exception):
+    """The visible devices cannot serve a run; ``line()`` is the one line a user sees."""
+
+    prefix = "unusable CUDA devices"
 
     def __init__(self, why: str):
         super().__init__(why)
         self.why = why
 
     def line(self) -> str:
-        return " ".join(f"{REFUSAL}: {self.why}".split())
+        return " ".join(f"{self.prefix}: {self.why}".split())
+
+
+class NoDevice(DeviceRefusal):
+    prefix = REFUSAL
+
+
+class MixedGenerations(DeviceRefusal):
+    prefix = "CUDA devices of several GPU generations visible"
 
 
 @dataclass(frozen=True)
@@ -190,9 +200,8 @@ def single_generation(inventory: Inventory) -> str:
     GPU generation, so one run serves one generation; mixed hosts select one per run."""
     capabilities = inventory.capabilities
     if len(capabilities) != 1:
-        raise NoDevice(
-            f"the visible devices span several GPU generations ({inventory.describe()}); "
-            f"set {VISIBLE_DEVICES} to devices of one compute capability per run"
+        raise MixedGenerations(
+            f"{inventory.describe()}; set {VISIBLE_DEVICES} to devices of one compute capability per run"
         )
     return capabilities[0]
 
@@ -210,3 +219,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+# CUDA's sticky errors: once one happens, every later CUDA call in the process fails with
+# it ("the process must be terminated and relaunched"), so the cell that hit it is a crash
+# and the next cell needs a fresh process. Runtime and driver spellings, as torch, Triton
+# and FlashInfer report them.
+_STICKY_ERRORS = (
+    "illegal memory access",
+    "illegal_address",
+    "device-side assert",
+    "unspecified launch failure",
+    "launch_failed",
+    "misaligned address",
+    "illegal instruction",
+    "invalid program counter",
+    "hardware stack error",
+    "launch timed out",
+    "uncorrectable ecc",
+)
+
+
+def is_sticky_cuda_error(message: str) -> bool:
+    """True when an error message names a CUDA error that poisons the whole process."""
+    lowered = message.lower()
+    return any(phrase in lowered for phrase in _STICKY_ERRORS)

@@ -1,0 +1,111 @@
+"""The gpu lane's pytest plugin, loaded by ``tox -e gpu`` (``pytest -p harness.gpu_plugin``).
+
+Three jobs, all before any process touches CUDA:
+
+- refuse, in one line, a run where no CUDA device is visible, or where the visible devices
+  span several GPU generations (one run = one generation's expectations);
+- give each pytest-xdist worker one GPU: the controller counts the devices and hands worker
+  ``gwN`` its ``CUDA_VISIBLE_DEVICES`` value; the worker sets it at configure time, before
+  ``harness.runner`` spawns the cell processes that inherit it. ``-n <num GPUs>`` shards the
+  matrix across the GPUs;
+- run the cells of this GPU generation only: the matrix lists every generation on its
+  ``capability`` axis so that one expectations file keys rules on it; cells of the other
+  generations belong to other runners and are deselected (pytest reports how many). A
+  generation the matrix does not list is refused, never run against no expectations.
+
+The device facts (name, capability, driver and CUDA versions) reach the JUnit testsuite
+properties and matrix.json's ``run`` object through the lane's ``environment()``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from harness.errors import EXIT_BAD_INPUT, InputError
+from harness.gpu_devices import (
+    EXIT_NO_DEVICE,
+    VISIBLE_DEVICES,
+    DeviceRefusal,
+    Inventory,
+    device_for_worker,
+    device_selectors,
+    query_environment,
+    single_generation,
+)
+from harness.matrix import load_matrix
+
+WORKER_DEVICE = "dflash_cuda_visible_devices"
+WORKER_CAPABILITY = "dflash_cuda_capability"
+
+_INVENTORY = pytest.StashKey[Inventory]()
+_CAPABILITY = pytest.StashKey[str]()
+
+
+def _check_matrix_lists(config: pytest.Config, inventory: Inventory, capability: str) -> None:
+    path = config.getoption("matrix", None)
+    if not path:
+        return
+    try:
+        matrix = load_matrix(path)
+    except InputError:
+        return  # the matrix plugin reports a bad file in its own words
+    listed = dict(matrix.axes).get("capability")
+    if listed is not None and capability not in listed:
+        names = ", ".join(sorted({device.name for device in inventory.devices}))
+        error = InputError(
+            matrix.path,
+            "axes.capability",
+            f"the visible GPUs ({names}) are compute capability {capability}, which this matrix does not list; "
+            "add it, and its expectations, to run here",
+            [str(value) for value in listed],
+        )
+        pytest.exit(error.line(), returncode=EXIT_BAD_INPUT)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        # An xdist worker: the controller already checked the devices and chose ours.
+        os.environ[VISIBLE_DEVICES] = workerinput[WORKER_DEVICE]
+        config.stash[_CAPABILITY] = workerinput[WORKER_CAPABILITY]
+        return
+    try:
+        inventory = query_environment()
+        capability = single_generation(inventory)
+    except DeviceRefusal as refusal:
+        pytest.exit(refusal.line(), returncode=EXIT_NO_DEVICE)
+    _check_matrix_lists(config, inventory, capability)
+    config.stash[_INVENTORY] = inventory
+    config.stash[_CAPABILITY] = capability
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller, once per worker before it starts."""
+    inventory = node.config.stash[_INVENTORY]
+    node.workerinput[WORKER_DEVICE] = device_for_worker(node.gateway.id, device_selectors(inventory))
+    node.workerinput[WORKER_CAPABILITY] = node.config.stash[_CAPABILITY]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    capability = config.stash.get(_CAPABILITY, None)
+    if capability is None:
+        return
+    keep: list[pytest.Item] = []
+    other_generations: list[pytest.Item] = []
+    for item in items:
+        cell = getattr(item, "cell", None)
+        wanted = cell.get("capability") if cell is not None else None
+        (other_generations if wanted is not None and wanted != capability else keep).append(item)
+    if other_generations:
+        config.hook.pytest_deselected(items=other_generations)
+        items[:] = keep
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    inventory = config.stash.get(_INVENTORY, None)
+    return [f"dflash-matrix gpu: {inventory.describe()}"] if inventory is not None else []
