@@ -63,7 +63,8 @@ class MatrixRun:
         return not hasattr(self.config, "workerinput")
 
     def start(self, planned: list[str]) -> None:
-        if self.config.getoption("resume") and self.journal_dir.exists() and any(self.journal_dir.glob(f"*{JOURNAL_SUFFIX}")):
+        journaled = self.journal_dir.exists() and any(self.journal_dir.glob(f"*{JOURNAL_SUFFIX}"))
+        if self.config.getoption("resume") and journaled:
             self.resumed = {cell.id: cell for cell in read_journals([self.journal_dir]).cells}
         self.journal = JournalWriter(self.journal_dir / f"{self.worker}{JOURNAL_SUFFIX}")
         self.journal.start(
@@ -219,11 +220,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from harness.reports.build import write_reports
 
         try:
-            contents = read_journals([run.journal_dir])
+            write_reports(read_journals([run.journal_dir]), run.report_dir)
         except InputError as error:
+            # The journal stands; `dflash-matrix report` can rebuild once the cause is fixed.
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
             sys.stderr.write(f"dflash-matrix: cannot build reports: {error.line()}\n")
-            return
-        write_reports(contents, run.report_dir)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
