@@ -1,0 +1,30 @@
+"""Two runs of the same cpu cells give bit-identical errors: each cell seeds its tensors from
+its id (Cell.seed), so a changed max_abs_err between nightly runs is a change in vLLM, not noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.runner import run_matrix
+from harness.verdict import Verdict
+
+pytestmark = pytest.mark.vllm
+
+MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "cpu.toml"
+# A reduced-precision kernel (bf16, AMX where present) and an fp32 one, both loaders,
+# a sink and a sliding window: the paths whose numerics a thread-dependent reduction could vary.
+CELLS = ["CPU_ATTN-noncausal-sink-bf16-v2", "CPU_ATTN-causal-nosink-swa16-fp32-v1"]
+
+
+def test_two_runs_of_the_same_cells_give_identical_errors() -> None:
+    first, second = (run_matrix(MATRIX, cell_ids=CELLS) for _ in range(2))
+
+    assert [r.id for r in first] == [r.id for r in second]
+    assert sorted(r.id for r in first) == sorted(CELLS)
+    for a, b in zip(first, second, strict=True):
+        assert a.verdict == b.verdict == Verdict.PASS, (a.id, a.message, b.message)
+        assert a.max_abs_err is not None and a.max_abs_err > 0, (a.id, a.max_abs_err)
+        assert a.max_abs_err == b.max_abs_err, (a.id, a.max_abs_err, b.max_abs_err)
+        assert a.message == b.message
