@@ -456,9 +456,9 @@ class _Session:
     # -- the draft --------------------------------------------------------
     def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str]]:
         apis = self.apis
-        requested = cell.requested_backend
-        if "FLASHINFER" in (requested, self.options.target_backend) or requested is None:
-            self._allow_flashinfer_on_host()
+        # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
+        # lost request), so its host patch is always in place before a build.
+        self._allow_flashinfer_on_host()
         config = self.engine_config(cell)
         with apis.set_current_vllm_config(config):
             self._init_distributed()
