@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,9 @@ def abort_sinks_in_forward(lane: Any) -> None:
         return result
 
     lane.observe = planted
+
+
+def hang_at_startup(lane: Any) -> None:
+    """A plant: the cell process never reports ready, as a vLLM import stuck on a lock would."""
+    while True:
+        time.sleep(60)

@@ -7,6 +7,9 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
+from harness import runner
 from harness.matrix import expand, load_matrix
 from harness.runner import CellRunner, run_matrix
 from harness.verdict import Stage, Verdict
@@ -85,3 +88,19 @@ def test_plants_are_applied_again_in_every_replacement_process(tmp_path: Path) -
             assert result.message == "ProcessDied: cell process killed by SIGABRT during stage forward"
         else:
             assert result.verdict == Verdict.PASS, result.id
+
+
+def test_lane_that_never_starts_fails_every_cell_once_without_waiting_per_cell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner, "STARTUP_TIMEOUT_S", 1.0)
+    path = write_fake_matrix(tmp_path, "stuck", ["A_ATTN"])
+
+    began = time.monotonic()
+    results = run_matrix(path, plants=[f"{__package__}.planted:hang_at_startup"])
+
+    assert time.monotonic() - began < 10, "one startup time limit for the process key, not one per cell"
+    assert [r.id for r in results] == CELLS
+    assert {(r.verdict, r.stage, r.message) for r in results} == {
+        (Verdict.CRASH, Stage.CONFIG, "LaneStartup: lane did not start within 1 s")
+    }
