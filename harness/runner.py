@@ -124,7 +124,15 @@ def _serve(
         elapsed = time.perf_counter() - started
         if not observation.duration_s:
             observation = dataclasses.replace(observation, duration_s=elapsed)
-        conn.send(("observed", observation))
+        try:
+            conn.send(("observed", observation))
+        except Exception as exc:  # pickling fails before a byte is sent: the pipe is still clean
+            # A lane put something that cannot cross the process boundary in its observation (a
+            # lambda, a handle): the cell says so, instead of the process dying without a word.
+            stage = Stage(STAGES[stage_slot.value]) if stage_slot.value != _NO_STAGE else Stage.CONFIG
+            why = _one_line(f"cannot send the observation to the runner: {type(exc).__name__}: {exc}")
+            failure = Failure(stage, "UnsendableObservation", why)
+            conn.send(("observed", Observation(cell.requested_backend, failure=failure, duration_s=elapsed)))
 
 
 def _one_line(text: str, limit: int = 2000) -> str:
@@ -263,6 +271,16 @@ class CellRunner:
                     return observation
             except EOFError:
                 pass
+            except Exception as exc:  # received whole, but cannot be rebuilt here (a class only the
+                # cell process can import): the child is fine, this cell's report is not.
+                stage_index = child.stage_slot.value
+                stage = Stage(STAGES[stage_index]) if stage_index != _NO_STAGE else Stage.CONFIG
+                why = _one_line(f"cannot read the cell's observation: {type(exc).__name__}: {exc}")
+                return Observation(
+                    cell.requested_backend,
+                    failure=Failure(stage, "UnreadableObservation", why),
+                    duration_s=time.perf_counter() - began,
+                )
             child.process.join(10)
             elapsed = time.perf_counter() - began
             return self._lost(cell, _describe_exit(child.process.exitcode), elapsed, timed_out=False)
