@@ -150,3 +150,30 @@ def hang_at_startup(lane: Any) -> None:
     """A plant: the cell process never reports ready, as a vLLM import stuck on a lock would."""
     while True:
         time.sleep(60)
+
+
+class _RefusesToUnpickle:
+    """Pickles fine, but cannot be rebuilt in the runner, as a vLLM enum cannot where vLLM is not importable."""
+
+    def __reduce__(self) -> tuple[Callable[[], None], tuple[()]]:
+        return _refuse, ()
+
+
+def _refuse() -> None:
+    raise ImportError("planted: this object only exists in the cell process")
+
+
+def unsendable_details(lane: Any) -> None:
+    """A plant: sink cells put an object in details that cannot be pickled (a lambda),
+    causal no-sink cells one that cannot be unpickled in the runner."""
+    observe = lane.observe
+
+    def planted(cell: Cell, stage_log: Callable[[Stage], None]) -> Observation:
+        result: Observation = observe(cell, stage_log)
+        if cell.get("sink"):
+            result.details["callback"] = lambda: None
+        elif cell.get("causal"):
+            result.details["backend_enum"] = _RefusesToUnpickle()
+        return result
+
+    lane.observe = planted

@@ -104,3 +104,25 @@ def test_lane_that_never_starts_fails_every_cell_once_without_waiting_per_cell(
     assert {(r.verdict, r.stage, r.message) for r in results} == {
         (Verdict.CRASH, Stage.CONFIG, "LaneStartup: lane did not start within 1 s")
     }
+
+
+def test_observation_that_cannot_cross_the_process_boundary_is_that_cells_crash_only(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "unsendable", ["A_ATTN"])
+
+    results = run_matrix(path, plants=[f"{__package__}.planted:unsendable_details"])
+
+    assert [r.id for r in results] == CELLS
+    unsendable = (
+        "UnsendableObservation: cannot send the observation to the runner: AttributeError: "
+        "Can't pickle local object 'unsendable_details.<locals>.planted.<locals>.<lambda>'"
+    )
+    unreadable = (
+        "UnreadableObservation: cannot read the cell's observation: "
+        "ImportError: planted: this object only exists in the cell process"
+    )
+    assert [(r.verdict, r.stage, r.message) for r in results] == [
+        (Verdict.CRASH, Stage.COMPARE, unsendable),
+        (Verdict.CRASH, Stage.COMPARE, unreadable),
+        (Verdict.CRASH, Stage.COMPARE, unsendable),
+        (Verdict.PASS, None, "A_ATTN, A_ATTN: max abs error 0 <= 0.001"),
+    ]
