@@ -14,13 +14,13 @@ with --fail-on-missing also a cell that disappeared), 0 otherwise, 2 on bad inpu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from harness.atomic import write_atomic
 from harness.errors import InputError
 from harness.reports.diff import diff_reports, load_report, render_diff_markdown
+from harness.reports.json_text import report_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.md:
         outputs[Path(args.md)] = markdown.encode("utf-8")
     if args.json:
-        outputs[Path(args.json)] = (json.dumps(diff.to_json(), indent=1) + "\n").encode("utf-8")
+        outputs[Path(args.json)] = report_json(diff.to_json(), ("changes",)).encode("utf-8")
     for path, data in outputs.items():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

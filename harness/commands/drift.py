@@ -16,7 +16,6 @@ without blocking), 0 otherwise, 2 on bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from harness.atomic import write_atomic
 from harness.errors import InputError
 from harness.reports.drift import check_drift, load_backend_table, render_drift_markdown
 from harness.reports.inputs import load_inputs
+from harness.reports.json_text import report_json
 from harness.reports.merge import merge_results
 
 
@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if args.md:
         outputs[Path(args.md)] = markdown.encode("utf-8")
     if args.json:
-        outputs[Path(args.json)] = (json.dumps(report.to_json(), indent=1) + "\n").encode("utf-8")
+        lists = ("disagreements", "ambiguous", "undocumented")
+        outputs[Path(args.json)] = report_json(report.to_json(), lists).encode("utf-8")
     for path, data in outputs.items():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

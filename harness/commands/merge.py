@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from harness.reports.inputs import load_inputs
-from harness.reports.merge import merge, render_merged, write_merged
+from harness.reports.merge import collector_paused, merge, render_merged, write_merged
 from harness.reports.step_summary import append_step_summary
 
 
@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report, junit = merge(load_inputs(args.inputs))
-    files = render_merged(report, junit)
+    with collector_paused():
+        report, junit = merge(load_inputs(args.inputs))
+        files = render_merged(report, junit)
     written = write_merged(files, Path(args.out))
     append_step_summary(files["matrix.md"].decode("utf-8"))
     summary = report.summary()

@@ -11,6 +11,7 @@ row: it is the GPU generation, which is what columns are for.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -194,7 +195,7 @@ def md_text(value: object, limit: int = MAX_MESSAGE) -> str:
     return html.escape(text.translate(_MD_SPECIAL), quote=False)
 
 
-def render_markdown(report: MergedReport) -> str:
+def render_markdown(report: MergedReport, grids: Sequence[Grid] | None = None) -> str:
     lines = ["# DFlash attention-backend compatibility (merged)", ""]
     summary = report.summary()
     lines.append(
@@ -226,7 +227,7 @@ def render_markdown(report: MergedReport) -> str:
         f"{CONFLICT} inputs disagreed. [n] points to a reason below.",
     ]
     reasons: dict[str, int] = {}
-    for grid in build_grids(report):
+    for grid in build_grids(report) if grids is None else grids:
         lines += ["", f"## Lane {md_text(grid.lane)}", ""]
         labels = " | ".join(md_text(c.label) for c in grid.columns)
         lines.append(f"| backend | causal | sink | window | {labels} |")

@@ -12,6 +12,7 @@ the block.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ from harness.reports.device_grid import (
     SYMBOLS,
     VERDICT_ORDER,
     Entry,
+    Grid,
     build_grids,
     row_label,
 )
@@ -63,25 +65,12 @@ def _environment() -> Environment:
     return env
 
 
-class _Strings:
-    """Interning table: the same message, axes or run across 100k cells is stored once."""
-
-    def __init__(self) -> None:
-        self.table: list[str] = []
-        self._index: dict[str, int] = {}
-
-    def __call__(self, value: object) -> int:
-        text = "" if value is None else str(value)
-        index = self._index.get(text)
-        if index is None:
-            index = self._index[text] = len(self.table)
-            self.table.append(text)
-        return index
-
-
 def cell_data(report: MergedReport) -> dict[str, Any]:
-    strings = _Strings()
-    runs = report.run_by_key()
+    # Interning table: the same message, run or verdict across 100k cells is stored once.
+    # setdefault inline (not a helper call per field) keeps this cheap; verdicts and the
+    # like go in as their StrEnum members, which hash and serialise as their text.
+    table: dict[str, int] = {}
+    axes_text: dict[str, str] = {}  # a cell id stands for its axes, whichever run it is in
     rows = []
     # What needs a person's attention first: missed expectations, then the worst verdicts.
     ordered = sorted(
@@ -97,34 +86,36 @@ def cell_data(report: MergedReport) -> dict[str, Any]:
         error = ""
         if cell.max_abs_err is not None:
             error = f"{cell.max_abs_err:.3g}" + (f" / {cell.tolerance:.3g}" if cell.tolerance is not None else "")
-        axes = " ".join(f"{k}={v}" for k, v in cell.axes.items() if k not in ("backend",))
+        axes = axes_text.get(cell.id)
+        if axes is None:
+            axes = axes_text[cell.id] = " ".join(f"{k}={v}" for k, v in cell.axes.items() if k != "backend")
         rows.append(
             [
-                strings(row.run),
-                strings(cell.id),
-                strings(cell.requested_backend or "auto"),
-                strings(", ".join(cell.observed_backends)),
-                strings(cell.verdict.value),
-                strings(cell.expected.value),
-                strings(cell.outcome.value),
-                strings(cell.stage.value if cell.stage else ""),
-                strings(cell.message),
-                strings(cell.expected_reason),
-                strings(claim),
-                strings(cell.claim_gap.value if cell.claim_gap else ""),
-                strings(axes),
-                strings(error),
+                table.setdefault(row.run, len(table)),
+                table.setdefault(cell.id, len(table)),
+                table.setdefault(cell.requested_backend or "auto", len(table)),
+                table.setdefault(", ".join(cell.observed_backends), len(table)),
+                table.setdefault(cell.verdict, len(table)),
+                table.setdefault(cell.expected, len(table)),
+                table.setdefault(cell.outcome, len(table)),
+                table.setdefault(cell.stage or "", len(table)),
+                table.setdefault(cell.message, len(table)),
+                table.setdefault(cell.expected_reason, len(table)),
+                table.setdefault(claim, len(table)),
+                table.setdefault(cell.claim_gap or "", len(table)),
+                table.setdefault(axes, len(table)),
+                table.setdefault(error, len(table)),
                 round(cell.duration_s, 2),
                 1 if row.conflict else 0,
             ]
         )
     return {
         "fields": list(CELL_FIELDS),
-        "strings": strings.table,
+        "strings": [str(text) for text in table],  # dicts keep insertion order: position == index
         "cells": rows,
         "runs": {
             run.key: {"label": run.label, "lane": run.lane, "device": run.device, "vllm": run.vllm_version}
-            for run in runs.values()
+            for run in report.runs
         },
     }
 
@@ -148,9 +139,9 @@ def _entry_view(entry: Entry) -> dict[str, Any]:
     }
 
 
-def render_html(report: MergedReport, generated: str | None = None) -> str:
-    grids = []
-    for grid in build_grids(report):
+def render_html(report: MergedReport, grids: Sequence[Grid] | None = None, generated: str | None = None) -> str:
+    views = []
+    for grid in build_grids(report) if grids is None else grids:
         rows = []
         for key in grid.rows:
             entries = []
@@ -158,7 +149,7 @@ def render_html(report: MergedReport, generated: str | None = None) -> str:
                 entry = grid.entry(key, column)
                 entries.append(_entry_view(entry) if entry else None)
             rows.append({"label": row_label(key), "backend": key[0], "entries": entries})
-        grids.append(
+        views.append(
             {
                 "lane": grid.lane,
                 "columns": [
@@ -196,7 +187,7 @@ def render_html(report: MergedReport, generated: str | None = None) -> str:
         marks={"missed": MISSED, "gap": CLAIM_GAP, "conflict": CONFLICT},
         missed=missed,
         runs=runs,
-        grids=grids,
+        grids=views,
         backends=sorted({row.cell.requested_backend or "auto" for row in report.rows}),
         devices=sorted({run.device for run in report.runs}),
         versions=sorted({run.vllm_version for run in report.runs}),

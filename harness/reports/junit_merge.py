@@ -49,22 +49,30 @@ class JUnitConflict:
 
 
 def status(case: TestCase) -> str:
-    kinds = {type(result) for result in case.result}
-    if Error in kinds:
+    # child() finds one element; TestCase.result would wrap every child, 4x slower on 100k cases.
+    if case.child(Error) is not None:
         return "error"
-    if Failure in kinds:
+    if case.child(Failure) is not None:
         return "failure"
-    if Skipped in kinds:
+    if case.child(Skipped) is not None:
         return "skipped"
     return "passed"
+
+
+@dataclass
+class _Seen:
+    case: TestCase
+    status: str
+    history: list[tuple[str, str]]  # (status, source) of every copy, in input order
 
 
 @dataclass
 class _RunSuite:
     run: Run
     name: str
+    timestamp: str | None
     properties: list[tuple[str, str]]
-    cases: dict[tuple[str, str], tuple[TestCase, str, list[tuple[str, str]]]]
+    cases: dict[tuple[str, str], _Seen]
 
 
 def merge_junit(
@@ -76,40 +84,23 @@ def merge_junit(
         for suite in _suites(part.xml):
             properties = [(prop.name, prop.value) for prop in suite.properties()]
             run = run_from_meta(dict(properties))
-            group = suites.setdefault(run.key, _RunSuite(run, suite.name or run.key, properties, {}))
+            group = suites.setdefault(
+                run.key, _RunSuite(run, suite.name or run.key, suite.timestamp, properties, {})
+            )
             for case in suite:
                 ident = (case.classname or "", case.name or "")
+                now = status(case)
                 seen = group.cases.get(ident)
                 if seen is None:
-                    group.cases[ident] = (case, status(case), [(status(case), part.source)])
+                    group.cases[ident] = _Seen(case, now, [(now, part.source)])
                     continue
-                _, kept_status, history = seen
-                new_status = status(case)
-                history.append((new_status, part.source))
-                if _STATUS_ORDER.index(new_status) > _STATUS_ORDER.index(kept_status):
-                    group.cases[ident] = (case, new_status, history)
+                seen.history.append((now, part.source))
+                if _STATUS_ORDER.index(now) > _STATUS_ORDER.index(seen.status):
+                    seen.case, seen.status = case, now
     merged = JUnitXml(name="dflash-matrix")
     conflicts: list[JUnitConflict] = []
     for key, group in suites.items():
-        out = TestSuite(group.name)
-        for name, value in group.properties:
-            out.add_property(name, value)
-        cases = []
-        for (classname, name), (case, kept_status, history) in group.cases.items():
-            if len({s for s, _ in history}) > 1:
-                conflicts.append(
-                    JUnitConflict(
-                        run=key,
-                        classname=classname,
-                        name=name,
-                        statuses=tuple(s for s, _ in history),
-                        sources=tuple(source for _, source in history),
-                        kept=kept_status,
-                    )
-                )
-            cases.append(case)
-        out.add_testcases(cases)
-        merged.add_testsuite(out)
+        merged.add_testsuite(_suite(key, group, conflicts))
     by_run: dict[str, list[Row]] = {}
     for row in rows:
         by_run.setdefault(row.run, []).append(row)
@@ -119,8 +110,50 @@ def merge_junit(
     for run in runs:
         if run.key not in suites:
             merged.add_testsuite(suite_from_rows(run, by_run.get(run.key, []), missing.get(run.key, [])))
-    merged.update_statistics()
+    _root_statistics(merged)
     return merged, [(group.run, len(group.cases)) for group in suites.values()], conflicts
+
+
+def _suite(key: str, group: _RunSuite, conflicts: list[JUnitConflict]) -> TestSuite:
+    out = TestSuite(group.name)
+    if group.timestamp:
+        out.timestamp = group.timestamp
+    for name, value in group.properties:
+        out.add_property(name, value)
+    counts = dict.fromkeys(_STATUS_ORDER, 0)
+    elapsed = 0.0
+    cases = []
+    for (classname, name), seen in group.cases.items():
+        if len({status for status, _ in seen.history}) > 1:
+            conflicts.append(
+                JUnitConflict(
+                    run=key,
+                    classname=classname,
+                    name=name,
+                    statuses=tuple(status for status, _ in seen.history),
+                    sources=tuple(source for _, source in seen.history),
+                    kept=seen.status,
+                )
+            )
+        counts[seen.status] += 1
+        elapsed += seen.case.time or 0.0
+        cases.append(seen.case)
+    # Counted here from the statuses already known: junitparser's update_statistics would
+    # re-read every testcase's results, twice over for the suite and the document.
+    out.extend(cases)
+    out.tests = len(cases)
+    out.failures, out.errors, out.skipped = counts["failure"], counts["error"], counts["skipped"]
+    out.time = round(elapsed, 3)
+    return out
+
+
+def _root_statistics(merged: JUnitXml) -> None:
+    suites = list(merged)
+    merged.tests = sum(suite.tests or 0 for suite in suites)
+    merged.failures = sum(suite.failures or 0 for suite in suites)
+    merged.errors = sum(suite.errors or 0 for suite in suites)
+    merged.skipped = sum(suite.skipped or 0 for suite in suites)
+    merged.time = round(sum(suite.time or 0.0 for suite in suites), 3)
 
 
 def _suites(xml: JUnitXml) -> list[TestSuite]:

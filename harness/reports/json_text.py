@@ -1,0 +1,49 @@
+"""Report JSON as text: readable at the top, one record per line in the long lists.
+
+``json.dumps(indent=...)`` falls back to the pure-Python encoder, which takes seconds
+on 100k cells; records written compactly (the C encoder), one per line, keep the file
+fast to write, small, and still diffable line by line. JSON has no NaN or infinity and
+strict readers refuse them, so a non-finite float (a lane's free-form details may hold
+one) is written as its text, as the single-run report does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+# One encoder for every record: json.dumps with options builds a new one per call.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+_PRETTY = json.JSONEncoder(indent=1, allow_nan=False)
+
+
+def _dumps(value: Any, encoder: json.JSONEncoder) -> str:
+    try:
+        return encoder.encode(value)
+    except ValueError:
+        return encoder.encode(_finite(value))
+
+
+def report_json(document: Mapping[str, Any], record_lists: tuple[str, ...] = ("cells",)) -> str:
+    entries = []
+    for key, value in document.items():
+        name = json.dumps(str(key))
+        if key in record_lists and value:
+            records = ",\n  ".join(_dumps(record, _COMPACT) for record in value)
+            entries.append(f" {name}: [\n  {records}\n ]")
+        else:
+            entries.append(f" {name}: " + _dumps(value, _PRETTY).replace("\n", "\n "))
+    return "{\n" + ",\n".join(entries) + "\n}\n"
