@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 
 DRIVER_LIBRARY = "libcuda.so.1"
+NVML_LIBRARY = "libnvidia-ml.so.1"
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 REFUSAL = "no CUDA device visible"
 EXIT_NO_DEVICE = 1
@@ -164,6 +165,23 @@ def query(library: str = DRIVER_LIBRARY, visible: str | None = None) -> Inventor
 def query_environment(library: str = DRIVER_LIBRARY) -> Inventory:
     """``query`` for this process, whose environment the driver reads."""
     return query(library, os.environ.get(VISIBLE_DEVICES))
+
+
+def driver_release(library: str = NVML_LIBRARY) -> str:
+    """The driver's release ("570.124.06") from NVML, for reports; "unknown" if NVML cannot say."""
+    try:
+        nvml = ctypes.CDLL(library)
+        if nvml.nvmlInit_v2() != _CUDA_SUCCESS:
+            return "unknown"
+    except (OSError, AttributeError):
+        return "unknown"
+    try:
+        release = ctypes.create_string_buffer(96)
+        if nvml.nvmlSystemGetDriverVersion(release, len(release)) != _CUDA_SUCCESS:
+            return "unknown"
+        return release.value.decode(errors="replace")
+    finally:
+        nvml.nvmlShutdown()
 
 
 def device_selectors(inventory: Inventory) -> tuple[str, ...]:

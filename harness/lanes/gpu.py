@@ -1,0 +1,437 @@
+"""The gpu lane: official vLLM on a real CUDA device. Each cell's DFlash draft is built by the
+real loader (v1 or v2), the backend every draft attention layer carries is read from the layer,
+and each layer runs through that backend's kernels against the fp32 reference: eagerly, or
+captured in a CUDA graph and replayed (``cudagraph=graph``), since some bugs live only in the
+replay (vLLM #48167).
+
+The cell flow is ``harness.draft_cell``, the same device-agnostic code the cpu lane's flow
+runs; this module adds what only a GPU has: the device check, CUDA graphs, fp8 KV caches and
+sticky CUDA errors. A sticky error (illegal memory access, device-side assert) fails every
+later CUDA call in its process, so the cell that hit it is a ``crash`` at stage forward and
+the process is marked poisoned: the runner replaces it before the next cell.
+
+One process serves every cell of its worker: ``harness.gpu_plugin`` has already pinned the
+worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gc
+import importlib.metadata
+import os
+import platform
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import InputError
+from harness.gpu_devices import (
+    VISIBLE_DEVICES,
+    DeviceRefusal,
+    NoDevice,
+    driver_release,
+    is_sticky_cuda_error,
+    query_environment,
+)
+from harness.lanes.protocol import StageLog
+from harness.matrix import Cell, Matrix
+from harness.observation import Failure, Observation
+from harness.runner import POISONED
+from harness.verdict import Stage
+
+LANE = "gpu"
+# A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
+AXES = (
+    "capability",
+    "backend",
+    "causal",
+    "sink",
+    "sliding_window",
+    "dtype",
+    "kv_cache_dtype",
+    "loader",
+    "cudagraph",
+)
+OPTIONS = ("seed", "context_lens", "head_dim", "kv_fp8_tolerance")
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    seed: int = 0
+    context_lens: tuple[int, ...] = (37, 70, 3)
+    # 128: a head size every CUDA backend serves (FlashInfer and its TRT-LLM kernels take
+    # 64/128/256 only), as real DFlash drafts use.
+    head_dim: int = 128
+    # fp8 (e4m3) K/V carry ~3 significant bits; the reference rounds K and V the same way,
+    # but backends that also quantize the query (FlashAttention 3) add error of their own.
+    kv_fp8_tolerance: float = 0.1
+
+
+def _read_options(matrix: Matrix) -> GpuOptions:
+    for name, _ in matrix.axes:
+        if name not in AXES:
+            raise InputError(matrix.path, f"axes.{name}", "the gpu lane cannot vary this axis", AXES)
+    options = matrix.options
+    for key in options:
+        if key not in OPTIONS:
+            raise InputError(matrix.path, f"options.{key}", "unknown gpu lane option", OPTIONS)
+
+    def integer(key: str, default: int, minimum: int) -> int:
+        value = options.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InputError(matrix.path, f"options.{key}", f"{value!r} is not an integer >= {minimum}")
+        return value
+
+    lens = options.get("context_lens", list(GpuOptions.context_lens))
+    if (
+        not isinstance(lens, list)
+        or not lens
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lens)
+    ):
+        raise InputError(matrix.path, "options.context_lens", f"{lens!r} is not a non-empty list of token counts")
+    tolerance = options.get("kv_fp8_tolerance", GpuOptions.kv_fp8_tolerance)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance <= 0:
+        raise InputError(matrix.path, "options.kv_fp8_tolerance", f"{tolerance!r} is not a positive number")
+    return GpuOptions(
+        seed=integer("seed", 0, 0),
+        context_lens=tuple(lens),
+        head_dim=integer("head_dim", GpuOptions.head_dim, 8),
+        kv_fp8_tolerance=float(tolerance),
+    )
+
+
+def require_device() -> None:
+    """Refuse to start without a CUDA device torch can use: a GPU job must go red, not green."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    try:
+        driver = query_environment().describe()
+    except DeviceRefusal as refusal:
+        raise NoDevice(refusal.why) from None
+    raise NoDevice(
+        f"the driver lists {driver}, but torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use it"
+    )
+
+
+class _Process:
+    """CUDA state that exists once per cell process: the distributed group, the checkpoints
+    (written once, in a temp dir) and one target per dtype (a draft only borrows the target's
+    embedding and lm_head)."""
+
+    def __init__(self, head_dim: int) -> None:
+        import torch
+        from vllm.config import VllmConfig, set_current_vllm_config
+        from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+        from vllm.platforms import current_platform
+
+        from harness.attention.checkpoint import ModelShape, write_target
+
+        torch.cuda.set_device(0)
+        self.device = torch.device("cuda", 0)
+        self.shape = ModelShape(head_dim=head_dim)
+        self._dir = tempfile.TemporaryDirectory(prefix="dflash-gpu-")
+        self.root = Path(self._dir.name)
+        with set_current_vllm_config(VllmConfig()):
+            init_distributed_environment(
+                world_size=1,
+                rank=0,
+                distributed_init_method=f"file://{self.root / 'dist-init'}",
+                local_rank=0,
+                backend=current_platform.dist_backend,
+            )
+            ensure_model_parallel_initialized(1, 1)
+        self.target_path = write_target(self.root, self.shape)
+        self._drafts: dict[Any, Any] = {}
+        self._targets: dict[str, Any] = {}
+        # vLLM's loader calls gc.collect() twice per model; with vLLM's import graph frozen
+        # out of the collector's reach each build takes a quarter of the time.
+        gc.freeze()
+
+    def draft(self, spec: Any) -> Any:
+        from harness.attention.checkpoint import write_draft
+
+        if spec not in self._drafts:
+            self._drafts[spec] = write_draft(self.root, spec, self.shape)
+        return self._drafts[spec]
+
+    def target(self, dtype: str, config: Any) -> Any:
+        from harness.attention.draft import load_target
+
+        if dtype not in self._targets:
+            self._targets[dtype] = load_target(config())
+        return self._targets[dtype]
+
+
+@functools.cache
+def _process(head_dim: int) -> _Process:
+    return _Process(head_dim)
+
+
+# The least CUDA-graph support a DFlash draft's attention needs for vLLM to capture it: its
+# queries are uniform batches of 1 + num_speculative_tokens tokens per request.
+_GRAPH_SUPPORT_NEEDED = "UNIFORM_BATCH"
+
+
+class GraphForward:
+    """The layer's backend call captured in a CUDA graph, then replayed on inputs the capture
+    never saw (``harness.cuda_graph.capture_and_replay``)."""
+
+    def __init__(self, device: Any, seed: int, graphs: Callable[[Any], Any] | None = None):
+        """``graphs(device)`` gives the graph API; None: ``torch.cuda`` graphs
+        (``harness.cuda_graph.CudaGraphs``)."""
+        self.device = device
+        self.seed = seed
+        self.graphs = graphs
+
+    def refusal(self, attn: Any, attention_config: Any) -> str | None:
+        """vLLM runs a DFlash draft eagerly, even when FULL graphs are asked for, where its
+        attention's metadata builder declares less than UNIFORM_BATCH support (Model Runner
+        V2's ``DFlashSpeculator.init_cudagraph_manager``; V1 downgrades the graph mode)."""
+        from vllm.v1.attention.backend import AttentionCGSupport
+
+        backend = attn.get_attn_backend()
+        spec = attn.get_kv_cache_spec(attention_config)
+        support = backend.get_builder_cls().get_cudagraph_support(attention_config, spec)
+        if support.value >= AttentionCGSupport[_GRAPH_SUPPORT_NEEDED].value:
+            return None
+        return (
+            f"no CUDA graph: {backend.get_name()}'s metadata builder declares AttentionCGSupport.{support.name} "
+            f"for this draft, below the {_GRAPH_SUPPORT_NEEDED} a DFlash draft needs; vLLM runs it eagerly"
+        )
+
+    def run(self, attn: Any, attention_config: Any, batch: Any, inputs: Any, causal: bool, stage_log: StageLog) -> Any:
+        import torch
+
+        from harness.attention.paged import Inputs, prepare_layer
+        from harness.cuda_graph import CudaGraphs, capture_and_replay
+
+        generator = torch.Generator().manual_seed(self.seed + 7919)
+
+        def other(tensor: torch.Tensor) -> torch.Tensor:
+            return torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
+
+        # The graph is captured on other values in the same buffers; the replay must read the
+        # cell's real inputs from them (the query's, and the context already in the cache).
+        capture_inputs = Inputs(
+            query=other(inputs.query),
+            keys=tuple(other(k) for k in inputs.keys),
+            values=tuple(other(v) for v in inputs.values),
+        )
+        captured = prepare_layer(attn, attention_config, batch, capture_inputs, causal, self.device, stage_log)
+        fresh = prepare_layer(attn, attention_config, batch, inputs, causal, self.device, stage_log)
+
+        def refill() -> None:
+            captured.kv_cache.copy_(fresh.kv_cache)
+            captured.query.copy_(fresh.query)
+            captured.key.copy_(fresh.key)
+            captured.value.copy_(fresh.value)
+
+        stage_log(Stage.FORWARD)
+        graphs = (self.graphs or CudaGraphs)(self.device)
+        return capture_and_replay(captured.run, refill, graphs)
+
+
+def graph_engine_config(target: Path, draft: Path, requested: str | None, dtype: str, shape: Any, capture: int) -> Any:
+    """``harness.attention.draft.engine_config`` with FULL decode CUDA graphs instead of eager
+    mode: the metadata builders read the graph mode when they are built and then take their
+    graph paths (FlashInfer's CUDA-graph decode wrappers, FlashAttention's persistent
+    scheduler metadata). ``capture`` is the batch size (in tokens) the graph is captured for."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    speculative: dict[str, object] = {
+        "method": "dflash",
+        "model": str(draft),
+        "num_speculative_tokens": shape.num_speculative_tokens,
+    }
+    if requested is not None:
+        speculative["attention_backend"] = requested
+    args = EngineArgs(
+        model=str(target),
+        speculative_config=speculative,
+        load_format="auto",
+        enforce_eager=False,
+        compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [capture]},
+        max_model_len=shape.max_model_len,
+        max_num_seqs=shape.max_num_seqs,
+        max_num_batched_tokens=shape.max_model_len,
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        block_size=shape.block_size,
+        kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
+        kv_cache_dtype=shape.kv_cache_dtype,
+    )
+    return args.create_engine_config()
+
+
+def _cuda_healthy() -> bool:
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        return False
+    return True
+
+
+class _Stages:
+    """Forwards stage changes to the runner and remembers the last one for a Failure."""
+
+    def __init__(self, stage_log: StageLog):
+        self._log = stage_log
+        self.current = Stage.CONFIG
+
+    def __call__(self, stage: Stage) -> None:
+        self.current = stage
+        self._log(stage)
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())[:2000]
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+class GpuLane:
+    name = LANE
+
+    def __init__(self, matrix: Matrix):
+        self.matrix = matrix
+        self.options = _read_options(matrix)
+        require_device()
+
+    def environment(self) -> Mapping[str, str]:
+        import torch
+
+        from harness.attention.draft import platform_name
+
+        major, minor = torch.cuda.get_device_capability(0)
+        properties = torch.cuda.get_device_properties(0)
+        return {
+            "lane": LANE,
+            "vllm": _version("vllm"),
+            "torch": torch.__version__,
+            "flashinfer": _version("flashinfer-python"),
+            "triton": _version("triton"),
+            "platform": platform_name(),
+            "device": torch.cuda.get_device_name(0),
+            "capability": f"{major}.{minor}",
+            "device_uuid": str(getattr(properties, "uuid", "unknown")),
+            "device_memory_gib": f"{properties.total_memory / (1 << 30):.1f}",
+            "cuda_runtime": str(torch.version.cuda),
+            "driver": driver_release(),
+            "driver_cuda": _driver_cuda(),
+            VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
+            "python": platform.python_version(),
+        }
+
+    def _device_capability(self) -> str:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}"
+
+    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
+        started = time.perf_counter()
+        stages = _Stages(stage_log)
+        stages(Stage.CONFIG)
+        try:
+            observation = self._observe(cell, stages)
+        except Exception as exc:
+            observation = self._failure(cell, stages.current, exc)
+        return dataclasses.replace(observation, duration_s=time.perf_counter() - started)
+
+    def _failure(self, cell: Cell, stage: Stage, exc: Exception) -> Observation:
+        details: dict[str, Any] = {"traceback": traceback.format_exc(limit=8)}
+        message = _one_line(exc)
+        sticky = is_sticky_cuda_error(message)
+        healthy = _cuda_healthy()
+        graph_forward = cell.get("cudagraph") == "graph" and stage in (Stage.FORWARD, Stage.COMPARE)
+        if sticky or not healthy or graph_forward:
+            # A sticky error shows up at the next synchronisation, which may be the comparison;
+            # it happened in the forward. A failed capture can leave the stream's capture state
+            # behind: a fresh process is cheaper than doubting every later cell.
+            details[POISONED] = True
+            details["poisoned_because"] = (
+                "sticky CUDA error"
+                if sticky
+                else "CUDA no longer synchronises"
+                if not healthy
+                else "failed graph capture"
+            )
+            if stage is Stage.COMPARE:
+                stage = Stage.FORWARD
+        return Observation(
+            requested_backend=cell.requested_backend,
+            failure=Failure(stage, type(exc).__name__, message),
+            details=details,
+        )
+
+    def _observe(self, cell: Cell, stages: _Stages) -> Observation:
+        import torch
+
+        from harness.attention.draft import EngineShape, engine_config
+        from harness.draft_cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
+
+        wanted = cell.get("capability")
+        device_capability = self._device_capability()
+        if wanted is not None and wanted != device_capability:
+            return Observation(
+                cell.requested_backend,
+                unavailable=(
+                    f"cell is for compute capability {wanted}; this process's GPU, "
+                    f"{torch.cuda.get_device_name(0)}, is {device_capability}"
+                ),
+            )
+        process = _process(self.options.head_dim)
+        kv_cache_dtype = str(cell.get("kv_cache_dtype", "auto"))
+        shape = EngineShape(kv_cache_dtype=kv_cache_dtype)
+        query_len = shape.num_speculative_tokens + 1
+        graph = cell.get("cudagraph", "eager") == "graph"
+        tokens = query_len * len(self.options.context_lens)
+
+        def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
+            if graph:
+                return graph_engine_config(target, draft, requested, dtype, shape, tokens)
+            return engine_config(target, draft, requested, dtype, shape)
+
+        setup = CellSetup(
+            device=process.device,
+            seed=self.options.seed,
+            context_lens=self.options.context_lens,
+            query_len=query_len,
+            config=config,
+            # The target's attention never runs here: built eagerly with a plain cache, so a
+            # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
+            target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
+            forward=GraphForward(process.device, self.options.seed) if graph else EagerForward(process.device),
+        )
+        tolerance = cell.tolerance
+        if kv_reference_dtype(kv_cache_dtype) is not None:
+            tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
+        observation = observe_cell(cell, process, setup, stages, tolerance)
+        observation.details.update(cudagraph="graph" if graph else "eager", kv_cache_dtype=kv_cache_dtype)
+        return observation
+
+
+def _driver_cuda() -> str:
+    try:
+        return query_environment().driver_cuda
+    except DeviceRefusal:
+        return "unknown"
+
+
+def create(matrix: Matrix) -> GpuLane:
+    return GpuLane(matrix)
