@@ -218,7 +218,7 @@ def render_markdown(report: MergedReport, grids: Sequence[Grid] | None = None) -
             + " | ".join(
                 md_text(v) for v in (run.lane, run.device, run.platform, run.vllm_version, run.torch_version, started)
             )
-            + f" | {counts.get(run.key, 0)} |"
+            + f" | {_cell_count(report, run, counts)} |"
         )
     lines += [
         "",
@@ -246,6 +246,13 @@ def render_markdown(report: MergedReport, grids: Sequence[Grid] | None = None) -
             lines.append(f"\n… {len(reasons) - MAX_REASONS} more reasons: see matrix.html or matrix.json")
     lines += _md_attention(report)
     return "\n".join(lines) + "\n"
+
+
+def _cell_count(report: MergedReport, run: Run, counts: dict[str, int]) -> str:
+    if run.key in report.junit_only:
+        # Only a JUnit file told of this run: its testcases are in junit.xml, not in the grid.
+        return f"JUnit only: {report.junit_only[run.key]} testcases"
+    return str(counts.get(run.key, 0))
 
 
 def _verdicts(summary: dict[str, Any]) -> list[Verdict]:

@@ -165,7 +165,10 @@ def render_html(report: MergedReport, grids: Sequence[Grid] | None = None, gener
     runs = [
         {
             "run": run,
-            "cells": counts.get(run.key, 0),
+            "cells": (
+                f"JUnit only: {report.junit_only[run.key]} testcases" if run.key in report.junit_only
+                else counts.get(run.key, 0)
+            ),
             "extra": {
                 k: v
                 for k, v in sorted(run.meta.items())

@@ -84,6 +84,8 @@ def test_conflicting_junit_testcases_keep_the_worse_status(tmp_path: Path) -> No
     assert conflict["junit_statuses"] == ["passed", "error"] and conflict["kept"] == "error"
     # JUnit alone cannot place cells in the grid; the run is named, not silently dropped.
     assert data["summary"]["junit_only_runs"] == [data["runs"][0]["key"]]
+    report, junit = merge(load_inputs([tmp_path / "try1" / "junit.xml"]))
+    assert "| JUnit only: 1 testcases |" in render_merged(report, junit)["matrix.md"].decode()
 
 
 def test_merged_junit_validates_and_keeps_environment_properties(tmp_path: Path) -> None:
