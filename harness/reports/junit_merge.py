@@ -4,7 +4,8 @@ Each input testsuite belongs to the run its properties describe (lane, device,
 vLLM/torch versions). Suites of one run (xdist workers, re-uploaded shards) become
 one suite; suites of different runs stay apart, so a cell tested on two GPUs is two
 testcases in two suites. A testcase seen twice in one run with the same status
-collapses; with different statuses the worse one is kept and the conflict listed.
+collapses; with different results the worse one is kept and the conflict listed; a
+copy skipped as not run gives way to a copy that ran, as in the cell records.
 Runs known only from journals or matrix.json get a suite built from their cells,
 so the merged junit.xml covers every run the merged matrix shows.
 """
@@ -24,8 +25,9 @@ from harness.reports.model import RunReport
 if TYPE_CHECKING:
     from harness.reports.merge import Row
 
-# Worse statuses sort later.
-_STATUS_ORDER = ("passed", "skipped", "failure", "error")
+# Which copy of a testcase is kept: a result beats "skipped" (a shard that never reached
+# the cell, while another ran it), and among results the worse one wins.
+_STATUS_ORDER = ("skipped", "passed", "failure", "error")
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ def _suite(key: str, group: _RunSuite, conflicts: list[JUnitConflict]) -> TestSu
     elapsed = 0.0
     cases = []
     for (classname, name), seen in group.cases.items():
-        if len({status for status, _ in seen.history}) > 1:
+        if len({status for status, _ in seen.history if status != "skipped"}) > 1:
             conflicts.append(
                 JUnitConflict(
                     run=key,

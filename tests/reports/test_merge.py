@@ -88,6 +88,16 @@ def test_conflicting_junit_testcases_keep_the_worse_status(tmp_path: Path) -> No
     assert "| JUnit only: 1 testcases |" in render_merged(report, junit)["matrix.md"].decode()
 
 
+def test_a_junit_testcase_not_run_in_one_shard_gives_way_to_the_shard_that_ran_it(tmp_path: Path) -> None:
+    ran, other = cell("TRITON_ATTN"), cell("FLEX_ATTENTION")
+    write_shard(tmp_path / "first", [other], planned=[other.id, ran.id])  # never reached TRITON_ATTN
+    write_shard(tmp_path / "second", [ran], planned=[ran.id])
+    data, junit = _merged(tmp_path / "first" / "junit.xml", tmp_path / "second" / "junit.xml")
+    (suite,) = list(junit)
+    assert {case.name: case.is_passed for case in suite} == {other.id: True, ran.id: True}
+    assert junit.skipped == 0 and data["conflicts"] == []
+
+
 def test_merged_junit_validates_and_keeps_environment_properties(tmp_path: Path) -> None:
     h100 = write_shard(tmp_path / "h100", [cell(), cell("TRITON_ATTN", verdict="mismatch", expected="pass")])
     b200 = tmp_path / "b200.jsonl"
