@@ -94,3 +94,12 @@ def test_diff_of_a_directory_without_matrix_json(tmp_path: Path, capsys: pytest.
     good = write_shard(tmp_path / "good", [cell()])
     assert main(["diff", str(good), str(tmp_path)]) == 2
     assert "report directory holds no matrix.json" in capsys.readouterr().err
+
+
+def test_an_output_path_that_is_a_file_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write_shard(tmp_path / "good", [cell()])
+    taken = tmp_path / "taken"
+    taken.write_text("keep me")
+    assert main(["merge", str(good), "--out", str(taken)]) == 2
+    assert "output path exists and is not a directory" in capsys.readouterr().err
+    assert taken.read_text() == "keep me"
