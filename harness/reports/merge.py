@@ -221,7 +221,7 @@ def merge(inputs: Inputs) -> tuple[MergedReport, JUnitXml]:
 
 
 def render_merged(report: MergedReport, junit: JUnitXml) -> dict[str, bytes]:
-    from harness.reports.html import render_html
+    from harness.reports.html import render_html  # html.py renders a MergedReport: import it late
 
     xml = io.BytesIO()
     junit.write(xml)
