@@ -35,13 +35,14 @@ from harness.gpu_devices import (
     query_environment,
     single_generation,
 )
-from harness.matrix import load_matrix
+from harness.matrix import expand, load_matrix
 
 WORKER_DEVICE = "dflash_cuda_visible_devices"
 WORKER_CAPABILITY = "dflash_cuda_capability"
 
 _INVENTORY = pytest.StashKey[Inventory]()
 _CAPABILITY = pytest.StashKey[str]()
+_SPLIT = pytest.StashKey[tuple[int, int]]()  # (cells of this generation, cells of others)
 
 
 def _check_matrix_lists(config: pytest.Config, inventory: Inventory, capability: str) -> None:
@@ -52,6 +53,11 @@ def _check_matrix_lists(config: pytest.Config, inventory: Inventory, capability:
         matrix = load_matrix(path)
     except InputError:
         return  # the matrix plugin reports a bad file in its own words
+    cells = expand(matrix)
+    config.stash[_SPLIT] = (
+        sum(1 for cell in cells if cell.get("capability") in (None, capability)),
+        sum(1 for cell in cells if cell.get("capability") not in (None, capability)),
+    )
     listed = dict(matrix.axes).get("capability")
     if listed is not None and capability not in listed:
         names = ", ".join(sorted({device.name for device in inventory.devices}))
@@ -109,3 +115,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> list[str]:
     inventory = config.stash.get(_INVENTORY, None)
     return [f"dflash-matrix gpu: {inventory.describe()}"] if inventory is not None else []
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Said by the process that talks to the user: under xdist the workers deselect, and
+    pytest's own "deselected" count never reaches the controller's summary."""
+    inventory = config.stash.get(_INVENTORY, None)
+    split = config.stash.get(_SPLIT, None)
+    if inventory is None or split is None:
+        return
+    here, elsewhere = split
+    names = ", ".join(sorted({device.name for device in inventory.devices}))
+    terminalreporter.write_line(
+        f"dflash-matrix gpu: {len(inventory.devices)} x {names} (compute capability {config.stash[_CAPABILITY]}): "
+        f"{here} cells for this generation, {elsewhere} cells of other generations left to their runners"
+    )

@@ -1,0 +1,110 @@
+"""harness.gpu_plugin through real pytest runs (subprocesses) against a fake NVIDIA driver:
+the one-line refusal, worker -> GPU pinning that reaches the cell processes, and the cells of
+the visible GPU generation only. The fake lane stands in for vLLM; no verdict here is a GPU's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
+
+from harness.gpu_devices import REFUSAL
+
+H100 = "NVIDIA H100 80GB HBM3:9.0"
+A100 = "NVIDIA A100-SXM4-80GB:8.0"
+
+
+def _env(driver_dir: Path | None, devices: str, visible: str | None = None, **extra: str) -> dict[str, str]:
+    env = inner_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["LD_LIBRARY_PATH"] = str(driver_dir) if driver_dir else ""
+    env["FAKE_CUDA_DEVICES"] = devices
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def _run(matrix: Path, report_dir: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = matrix_pytest_argv(matrix, report_dir, "-p", "harness.gpu_plugin", *extra)
+    return subprocess.run(argv, cwd=matrix.parent, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def test_no_driver_is_one_line_and_nothing_runs(tmp_path: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
+    done = _run(matrix, tmp_path / "reports", _env(None, ""))
+    assert done.returncode == 1
+    assert _lines(done.stdout + done.stderr) == [
+        f"Exit: {REFUSAL}: the NVIDIA driver library libcuda.so.1 cannot be loaded "
+        "(no driver installed, or not on the loader path)"
+    ]
+    assert not (tmp_path / "reports").exists()
+
+
+def test_hidden_devices_are_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
+    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, H100, visible=""))
+    assert done.returncode == 1
+    assert _lines(done.stdout + done.stderr) == [
+        f"Exit: {REFUSAL}: the NVIDIA driver reports none (CUDA_VISIBLE_DEVICES='')"
+    ]
+
+
+def test_mixed_generations_are_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
+    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, f"{H100};{A100}"))
+    assert done.returncode == 1
+    (line,) = _lines(done.stdout + done.stderr)
+    assert "several GPU generations" in line and "NVIDIA A100-SXM4-80GB (SM 8.0" in line
+
+
+def test_a_generation_the_matrix_lacks_is_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["8.0", "10.0"])
+    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, H100))
+    assert done.returncode == 2
+    (line,) = _lines(done.stdout + done.stderr)
+    assert line.startswith(f"Exit: {matrix}: axes.capability: the visible GPUs (NVIDIA H100 80GB HBM3)")
+    assert line.endswith("(valid: 8.0, 10.0)")
+
+
+def test_each_worker_and_its_cell_processes_get_one_gpu(tmp_path: Path, fake_driver_dir: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN", "B_ATTN", "C_ATTN"], capabilities=["9.0"])
+    pins = tmp_path / "pins"
+    pins.mkdir()
+    env = _env(fake_driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins))
+    done = _run(matrix, tmp_path / "reports", env, "-n", "3", "--plant", "gpu_lane.plants:record_visible_devices")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = {path.read_text() for path in pins.iterdir()}
+    # Two devices visible to the run ("2,0"), three workers: gw2 shares the first device.
+    assert seen == {"gw0=2", "gw1=0", "gw2=2"}
+
+
+def test_only_this_generations_cells_run(tmp_path: Path, fake_driver_dir: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["8.0", "9.0", "10.0"])
+    report_dir = tmp_path / "reports"
+    done = _run(matrix, report_dir, _env(fake_driver_dir, f"{H100};{H100}"), "-n", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(compute capability 9.0): 4 cells for this generation, 8 cells of other generations" in done.stdout
+    cells = json.loads((report_dir / "matrix.json").read_text())["cells"]
+    assert sorted(cell["id"] for cell in cells) == [
+        "sm90-A_ATTN-causal-nosink",
+        "sm90-A_ATTN-causal-sink",
+        "sm90-A_ATTN-noncausal-nosink",
+        "sm90-A_ATTN-noncausal-sink",
+    ]
+
+
+def test_the_plugin_is_pytest_only(tmp_path: Path) -> None:
+    """The plugin module imports neither torch nor vLLM: the worker that loads it must not
+    initialise CUDA before it has pinned its device."""
+    probe = "import sys, harness.gpu_plugin; print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

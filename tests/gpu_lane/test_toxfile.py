@@ -1,0 +1,61 @@
+"""`tox -e gpu` on a host without a usable GPU: one line, non-zero, before anything is installed
+(toxfile.py). Runs the real tox against this repository's tox.ini in a scratch work dir."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.gpu_devices import REFUSAL
+
+REPO = Path(__file__).resolve().parents[2]
+TOX = shutil.which("tox")
+pytestmark = pytest.mark.skipif(TOX is None, reason="the tox command is not on PATH")
+
+
+def _tox(work: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "PYTEST_", "VIRTUAL_ENV"))}
+    clean.pop("CUDA_VISIBLE_DEVICES", None)
+    assert TOX is not None
+    started = time.perf_counter()
+    done = subprocess.run(
+        [TOX, "-c", str(REPO / "tox.ini"), "--workdir", str(work), "-e", "gpu"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done, time.perf_counter() - started
+
+
+def test_no_driver_refuses_in_one_line_before_installing(tmp_path: Path) -> None:
+    done, _ = _tox(tmp_path / "work", LD_LIBRARY_PATH="")
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"{REFUSAL}: the NVIDIA driver library libcuda.so.1 cannot be loaded "
+        "(no driver installed, or not on the loader path)"
+    ]
+    installed = list((tmp_path / "work" / "gpu").glob("lib/python*/site-packages/vllm"))
+    assert installed == []
+
+
+def test_a_visible_device_lets_the_install_begin(tmp_path: Path, fake_driver_dir: Path) -> None:
+    # An index-less pip with nothing to find fails at once: what matters is that tox got there.
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    done, _ = _tox(
+        tmp_path / "work",
+        LD_LIBRARY_PATH=str(fake_driver_dir),
+        FAKE_CUDA_DEVICES="NVIDIA H100 80GB HBM3:9.0",
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(empty),
+    )
+    assert REFUSAL not in done.stdout + done.stderr
+    assert "install_deps> python -I -m pip install vllm==" in done.stdout
