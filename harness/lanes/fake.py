@@ -21,6 +21,7 @@ import platform
 import time
 from collections.abc import Mapping
 
+from harness.axes import capability_token
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Observation
@@ -106,6 +107,13 @@ class FakeLane:
             claim=Claim(True),
             details=details,
         )
+
+
+def process_key(cell: Cell) -> str:
+    """Cells of different capabilities get different processes, as on the selection lane,
+    so the runner's per-key process handling can be tested without vLLM."""
+    capability = cell.get("capability")
+    return "fake" if capability is None else f"fake-{capability_token(capability)}"
 
 
 def create(matrix: Matrix) -> FakeLane:
