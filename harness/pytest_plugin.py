@@ -148,6 +148,28 @@ class MatrixFile(pytest.File):
         yield StaleExpectationsItem.from_parent(self, name="expectations-stale", stale=stale)
 
 
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` keeps the cells of one process key on one xdist worker, so each key's
+    cell process (a vLLM import, seconds) starts once. xdist groups by suffixing node ids in the
+    workers, which pytest 9.2 no longer honours (pytest-dev/pytest-xdist#1386): the cells were
+    spread silently. The controller knows every cell's key from the matrix, so it groups them."""
+    run = config.stash.get(_RUN, None)
+    if run is None or config.getvalue("dist") != "loadgroup" or not lane_groups_cells(run.matrix):
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    keys = {cell.id: process_key(run.matrix, cell) for cell in expand(run.matrix)}
+
+    class ProcessKeyScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            cell_id = nodeid.rpartition("::")[2].partition("@")[0]
+            key = keys.get(cell_id)
+            return f"dflash-process-key:{key}" if key is not None else str(super()._split_scope(nodeid))
+
+    return ProcessKeyScheduling(config, log)
+
+
 class CellMismatch(Exception):
     def __init__(self, result: CellResult):
         super().__init__(result.id)
