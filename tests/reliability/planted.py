@@ -26,9 +26,20 @@ from harness.verdict import Stage
 CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
 
 
-def cell_ids(backends: Sequence[str]) -> list[str]:
+def cell_ids(backends: Sequence[str], capabilities: Sequence[str] = ()) -> list[str]:
     """The fake matrix's cells, in expansion order."""
-    return [f"{backend}-{rest}" for backend in backends for rest in CAUSAL_SINK]
+    cells = [f"{backend}-{rest}" for backend in backends for rest in CAUSAL_SINK]
+    return [f"sm{c.replace('.', '')}-{cell}" for c in capabilities for cell in cells] if capabilities else cells
+
+
+def _selector(ident: str) -> str:
+    """The expectation-rule ``when`` table that matches exactly this fake cell."""
+    *capability, backend, causal, sink = ident.split("-")
+    when = f'backend = "{backend}", causal = {_toml_value(causal == "causal")}, sink = {_toml_value(sink == "sink")}'
+    if capability:
+        token = capability[0].removeprefix("sm")
+        when = f'capability = "{token[:-1]}.{token[-1]}", ' + when
+    return "{ " + when + " }"
 
 
 def _toml_value(value: object) -> str:
@@ -53,25 +64,27 @@ def write_fake_matrix(
     timeout_s: float = 30,
     sleep_s: float = 0.0,
     expect: Sequence[tuple[str, str, str | None]] | None = None,
+    capabilities: Sequence[str] = (),
 ) -> Path:
-    """A backend x causal x sink matrix; ``expect`` = (cell id, verdict, message substring) rules."""
+    """A [capability x] backend x causal x sink matrix; ``expect`` = (cell id, verdict, message substring) rules."""
     lines = ["[matrix]", f'name = "{name}"', 'lane = "fake"', f"timeout_s = {timeout_s!r}"]
     if expect is not None:
         lines.append(f'expectations = "{name}-expect.toml"')
         rules = ["[expectations]", 'default = "pass"']
         for ident, verdict, message in expect:
-            backend, causal, sink = ident.split("-")
             rules += [
                 "[[expect]]",
-                f'when = {{ backend = "{backend}", causal = {_toml_value(causal == "causal")}, '
-                f"sink = {_toml_value(sink == 'sink')} }}",
+                f"when = {_selector(ident)}",
                 f'verdict = "{verdict}"',
                 f'reason = "planted {verdict} in {ident}"',
             ]
             if message is not None:
                 rules.append(f'message = "{message}"')
         (folder / f"{name}-expect.toml").write_text("\n".join(rules) + "\n")
-    lines += ["[axes]", f"backend = {_toml_value(list(backends))}", "causal = [true, false]", "sink = [true, false]"]
+    lines.append("[axes]")
+    if capabilities:
+        lines.append(f"capability = {_toml_value(list(capabilities))}")
+    lines += [f"backend = {_toml_value(list(backends))}", "causal = [true, false]", "sink = [true, false]"]
     lines += ["[options]", f"actions = {_toml_value(actions or {})}", f"sleep_s = {sleep_s!r}"]
     path = folder / f"{name}.toml"
     path.write_text("\n".join(lines) + "\n")

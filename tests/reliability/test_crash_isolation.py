@@ -126,3 +126,39 @@ def test_unexpected_crashes_fail_the_run_and_only_their_cells(tmp_path: Path) ->
     assert verdicts["G_ATTN-causal-sink"].expected == Verdict.PASS
     assert verdicts["G_ATTN-causal-sink"].verdict == Verdict.CRASH
     assert {ident for ident, cell in verdicts.items() if not cell.ok} == set(failed_items(run.stdout))
+
+
+def test_a_crash_replaces_only_the_process_of_its_own_key(tmp_path: Path) -> None:
+    """Lanes with per-key processes (the selection lane: one per capability), with the
+    tox selection env's `-n 2 --dist loadgroup`: each key keeps to one worker and process,
+    and a crash replaces that key's process only."""
+    capabilities = ["8.0", "9.0"]
+    cells = cell_ids(["A_ATTN", "B_ATTN"], capabilities)
+    crashes = {"sm80-A_ATTN-noncausal-sink": "abort", "sm90-B_ATTN-causal-nosink": "segfault"}
+    expect = [("sm80-A_ATTN-noncausal-sink", "crash", "SIGABRT"), ("sm90-B_ATTN-causal-nosink", "crash", "SIGSEGV")]
+    matrix = write_fake_matrix(
+        tmp_path, "keyed", ["A_ATTN", "B_ATTN"], crashes, expect=expect, capabilities=capabilities
+    )
+    out = tmp_path / "out"
+
+    run = run_matrix_pytest(matrix, out, "-n", "2", "--dist", "loadgroup")
+
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    verdicts = {ident: record[0] for ident, record in journaled(out).items()}
+    assert verdicts == {ident: "crash" if ident in crashes else "pass" for ident in cells}
+    pids_by_key: dict[str, list[set[int]]] = {}
+    for path in sorted((out / "journal").glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for record in (r["cell"] for r in records if r["kind"] == "cell"):
+            key = record["id"].split("-")[0]
+            spans = pids_by_key.setdefault(key, [set()])
+            if record["id"] in crashes:
+                spans.append(set())  # the process after the crash is another one
+            else:
+                spans[-1].add(record["details"]["pid"])
+    assert sorted(pids_by_key) == ["sm80", "sm90"], "each key's cells ran on one worker"
+    for key, spans in pids_by_key.items():
+        assert len(spans) == 2 and all(len(span) == 1 for span in spans), (key, spans)
+        assert spans[0] != spans[1], f"{key}: the crashed process was replaced"
+    sm80, sm90 = ({pid for span in pids_by_key[key] for pid in span} for key in ("sm80", "sm90"))
+    assert not sm80 & sm90, "keys never share a process"
