@@ -161,7 +161,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     keys = {cell.id: process_key(run.matrix, cell) for cell in expand(run.matrix)}
 
-    class ProcessKeyScheduling(LoadGroupScheduling):  # type: ignore[misc]
+    class ProcessKeyScheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:
             cell_id = nodeid.rpartition("::")[2].partition("@")[0]
             key = keys.get(cell_id)
