@@ -200,15 +200,16 @@ def main() -> int:
         if args.out is None:
             shutil.rmtree(root, ignore_errors=True)
     phases = ("load", "merge", "grid", "junit.xml", "matrix.json", "matrix.md", "matrix.html", "total", "cpu")
-    print(f"{'testcases':>10} " + " ".join(f"{p:>11}" for p in phases) + "  total/first  size/first")
+    print(f"{'testcases':>10} " + " ".join(f"{p:>11}" for p in phases) + "  wall/first  cpu/first  size/first")
     first = results[0]
     for row in results:
-        ratio = float(row["total"]) / float(first["total"])
+        wall = float(row["total"]) / float(first["total"])
+        cpu = float(row["cpu"]) / float(first["cpu"])
         size_ratio = int(row["testcases"]) / int(first["testcases"])
         print(
             f"{row['testcases']:>10} "
             + " ".join(f"{float(row[p]):>10.2f}s" for p in phases)
-            + f"  {ratio:>11.2f}  {size_ratio:>10.2f}"
+            + f"  {wall:>10.2f}  {cpu:>9.2f}  {size_ratio:>10.2f}"
         )
     print()
     for row in results:
