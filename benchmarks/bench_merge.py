@@ -2,8 +2,10 @@
 
 Target (issue 6): 100k testcases in <= 10 s, linear in the number of cases. Shards are
 4 GPUs x 4 vLLM versions, written by the same renderers a live run uses; generating
-them is not timed. Prints seconds per phase at each size, the ratio of each total to
-the smallest size's (linear = the size ratio), output sizes and peak memory.
+them is not timed. Prints wall seconds per phase at each size, the process's CPU
+seconds, the ratio of each to the smallest size's (linear = the size ratio), output
+sizes and peak memory. On a shared machine read the CPU column: wall time includes
+waiting for a core.
 
     python benchmarks/bench_merge.py [--sizes 25000 50000 100000] [--out DIR]
 
