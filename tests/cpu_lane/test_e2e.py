@@ -1,0 +1,62 @@
+"""End-to-end smoke group (marker ``e2e``): ``vllm.LLM`` with a DFlash draft generates on CPU,
+one run per causal x sink. Each run is a fresh process (~45 s); see e2e_generate.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.observation import Failure, Observation
+from harness.verdict import Stage, Verdict, judge
+
+from .e2e_generate import MAX_TOKENS, PROMPTS
+
+pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
+
+SCRIPT = Path(__file__).with_name("e2e_generate.py")
+REQUESTED = "CPU_ATTN"
+
+
+@pytest.mark.parametrize("sink", [True, False], ids=["sink", "nosink"])
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+def test_llm_generates_with_dflash_draft(tmp_path: Path, causal: bool, sink: bool) -> None:
+    out = tmp_path / "result.json"
+    # collective_rpc ships inspect_drafter to the engine's worker by value.
+    env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    argv = [
+        sys.executable,
+        str(SCRIPT),
+        str(out),
+        f"--causal={int(causal)}",
+        f"--sink={int(sink)}",
+        f"--backend={REQUESTED}",
+    ]
+    log = tmp_path / "e2e.log"
+    with log.open("w") as sink_file:
+        # Its own session, so that an engine process it leaves behind can be stopped with it.
+        process = subprocess.Popen(argv, env=env, stdout=sink_file, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = process.wait(timeout=900)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    tail = log.read_text()[-3000:]
+    result = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": f"exit {returncode}"}
+    if result["ok"]:
+        observation = Observation(requested_backend=REQUESTED, observed_backends=tuple(result["backends"]))
+    else:
+        observation = Observation(REQUESTED, failure=Failure(Stage.FORWARD, "E2E", result["error"]))
+    verdict = judge(observation)
+    assert verdict.verdict == Verdict.PASS, f"{verdict.message}\n{result.get('traceback', tail)}"
+    assert result["drafter"] == "DFlashProposer"
+    assert result["causal"] == [causal] * len(result["backends"])
+    assert result["has_sinks"] == [sink] * len(result["backends"])
+    assert result["generated"] == [MAX_TOKENS] * len(PROMPTS)
+    assert result["num_drafts"] > 0, "the draft never proposed"
