@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
-from harness.cuda_graph import capture_and_replay  # noqa: E402
-from harness.errors import InputError  # noqa: E402
-from harness.lanes import gpu  # noqa: E402
-from harness.matrix import expand, load_matrix  # noqa: E402
-from harness.runner import POISONED  # noqa: E402
-from harness.verdict import Stage  # noqa: E402
+import torch
 
-from .emulated_graphs import EmulatedGraphs, SilentGraphs, StaleGraphs  # noqa: E402
+from harness.cuda_graph import capture_and_replay
+from harness.errors import InputError
+from harness.lanes import gpu
+from harness.matrix import expand, load_matrix
+from harness.runner import POISONED
+from harness.verdict import Stage
+
+from .emulated_graphs import EmulatedGraphs, SilentGraphs, StaleGraphs
 
 
 class StaticLayer:
