@@ -53,9 +53,14 @@ def process_key(matrix: Matrix, cell: Cell) -> str:
 
 
 def lane_groups_cells(matrix: Matrix) -> bool:
-    """True when the lane keeps per-key state worth keeping cells together for (xdist loadgroup)."""
+    """True when the matrix's cells need more than one kind of cell process (xdist loadgroup).
+
+    A lane whose cells all share one key (the cpu lane) is served warm by any worker's cell
+    process; grouping would put every cell on one worker and leave the others idle."""
     module = importlib.import_module(f"harness.lanes.{matrix.lane}")
-    return hasattr(module, "process_key")
+    if not hasattr(module, "process_key"):
+        return False
+    return len({process_key(matrix, cell) for cell in expand(matrix)}) > 1
 
 
 def _resolve(spec: str) -> Callable[..., Any]:
