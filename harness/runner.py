@@ -103,7 +103,8 @@ def _serve(
         lane = create_lane(matrix)
         for plant in plants:
             _resolve(plant)(lane)
-        conn.send(("ready", dict(lane.environment())))
+        # Plain str: a str subclass (torch.__version__) would make the runner import torch to unpickle it.
+        conn.send(("ready", {str(name): str(value) for name, value in lane.environment().items()}))
     except BaseException as exc:  # the lane cannot start: every cell will say why
         conn.send(("broken", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
