@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import gc
 import importlib
 import multiprocessing
 import os
@@ -108,6 +109,7 @@ def _serve(
     except BaseException as exc:  # the lane cannot start: every cell will say why
         conn.send(("broken", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
+    frozen = False
     while True:
         try:
             message = conn.recv()
@@ -139,6 +141,24 @@ def _serve(
             why = _one_line(f"cannot send the observation to the runner: {type(exc).__name__}: {exc}")
             failure = Failure(stage, "UnsendableObservation", why)
             conn.send(("observed", Observation(cell.requested_backend, failure=failure, duration_s=elapsed)))
+        if not frozen:
+            _freeze_process_state()
+            frozen = True
+
+
+def _freeze_process_state() -> None:
+    """Move what survived the process's first cell out of the garbage collector's reach.
+
+    A lane imports most of vLLM lazily during its first cell (model, loader and backend
+    modules: hundreds of thousands of objects), and vLLM's model loader calls gc.collect()
+    twice per model it builds; every full collection walks each tracked object that is not
+    frozen, several ms a build here. What survives a whole cell is process state (modules,
+    caches, a reused target), so freezing it once leaves later collections one cell's
+    garbage to walk. It runs after the result is sent, while the runner journals it; only
+    objects alive now and dropped later can never be reclaimed, and that is one cell's worth.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _one_line(text: str, limit: int = 2000) -> str:
