@@ -81,8 +81,9 @@ class MatrixRun:
             },
             planned,
         )
+        workers = int(self.config.workerinput["workercount"]) if not self.is_controller else 1  # type: ignore[attr-defined]
         self.runner = CellRunner(
-            self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env
+            self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env, processes=workers
         )
 
     def run(self, cell: Cell) -> tuple[CellResult, bool]:

@@ -64,6 +64,18 @@ def lane_groups_cells(matrix: Matrix) -> bool:
     return len({process_key(matrix, cell) for cell in expand(matrix)}) > 1
 
 
+def thread_environment(processes: int) -> dict[str, str]:
+    """OpenMP's thread count for one of ``processes`` cell processes sharing this host's cores.
+
+    torch sizes its pool to every core by default; two workers doing so on two cores make
+    each parallel region wait for a thread the other process holds. A count the user set wins.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, processes)))}
+
+
 def _resolve(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     if not attr:
@@ -89,9 +101,12 @@ def _serve(
     options: dict[str, Any],
     stage_slot: Any,
     parent: int,
+    environment: dict[str, str],
 ) -> None:
     """Child process main loop: create the lane once, then run cells as they arrive."""
     _die_with_parent(parent)
+    # Before the lane imports anything: OpenMP and torch read their thread counts at start-up.
+    os.environ.update(environment)
     from harness.lanes import create_lane
 
     def stage_log(stage: Stage) -> None:
@@ -195,11 +210,14 @@ class CellRunner:
         plants: Sequence[str] = (),
         options: dict[str, Any] | None = None,
         on_environment: Callable[[dict[str, Any]], None] | None = None,
+        processes: int = 1,
     ):
+        """``processes``: how many cell processes (one per xdist worker) share this host's cores."""
         self.matrix = matrix
         self.plants = tuple(plants)
         self.options = dict(options or {})
         self.on_environment = on_environment
+        self.environment = thread_environment(processes)
         self._child: _Child | None = None
         self._broken: dict[str, str] = {}
         self.restarts = 0
@@ -210,7 +228,15 @@ class CellRunner:
         stage_slot = _CONTEXT.Value("i", _NO_STAGE, lock=False)
         process = _CONTEXT.Process(
             target=_serve,
-            args=(child_conn, str(self.matrix.path), self.plants, self.options, stage_slot, os.getpid()),
+            args=(
+                child_conn,
+                str(self.matrix.path),
+                self.plants,
+                self.options,
+                stage_slot,
+                os.getpid(),
+                self.environment,
+            ),
             name=f"dflash-cell-{key}",
             daemon=True,
         )
