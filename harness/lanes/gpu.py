@@ -333,6 +333,7 @@ class GpuLane:
             "cuda_runtime": str(torch.version.cuda),
             "driver": driver_release(),
             "driver_cuda": _driver_cuda(),
+            "flashinfer_trtllm_kernels": _flashinfer_trtllm(),
             VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
             "python": platform.python_version(),
         }
@@ -424,6 +425,16 @@ class GpuLane:
         observation = observe_cell(cell, process, setup, stages, tolerance)
         observation.details.update(cudagraph="graph" if graph else "eager", kv_cache_dtype=kv_cache_dtype)
         return observation
+
+
+def _flashinfer_trtllm() -> str:
+    """Whether vLLM finds FlashInfer's TRT-LLM cubins (installed, or NVIDIA's repository
+    reachable): FlashInfer's sink support, and so the expectations, depend on it."""
+    try:
+        from vllm.utils.flashinfer import has_nvidia_artifactory
+    except ImportError:
+        return "unknown (this vLLM has no has_nvidia_artifactory)"
+    return "available" if has_nvidia_artifactory() else "unavailable"
 
 
 def _driver_cuda() -> str:
