@@ -115,3 +115,13 @@ def hand_draft_flex_for_triton(lane: Any) -> None:
             selector._cached_get_attn_backend.cache_clear()
 
     utils.get_model = diverted
+
+
+def raise_in_forward(lane: Any) -> None:
+    """CPU_ATTN's kernel call fails: the lane reports a crash at the forward stage."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("planted kernel failure")
+
+    CPUAttentionBackendImpl.forward = broken

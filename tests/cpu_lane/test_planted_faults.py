@@ -15,7 +15,7 @@ import pytest
 from harness.matrix import expand, load_matrix
 from harness.result import CellResult
 from harness.runner import run_matrix
-from harness.verdict import Verdict
+from harness.verdict import Stage, Verdict
 
 from . import plants
 
@@ -101,3 +101,11 @@ def test_draft_layers_on_another_backend_are_wrong_backend_exactly_there():
         if affected(result.axes):
             assert set(result.observed_backends) == {"FLEX_ATTENTION"}
             assert result.platform_choice == "CPU_ATTN"
+
+
+def test_kernel_failure_is_a_crash_at_the_forward_stage():
+    cell_ids = cells_where(backend=("CPU_ATTN", "FLASH_ATTN"), causal=(False,), sink=(True,), dtype=("float32",))
+    results = planted(plants.raise_in_forward, cell_ids)
+    for result in results:
+        assert (result.verdict, result.stage) == (Verdict.CRASH, Stage.FORWARD), (result.id, result.message)
+        assert result.message == "RuntimeError: planted kernel failure"
