@@ -154,3 +154,24 @@ def test_an_oversized_summary_is_cut_at_a_line_with_a_note() -> None:
     assert len(cut.encode()) <= SUMMARY_LIMIT_BYTES
     assert cut.endswith(TRUNCATED_NOTE) and cut[: -len(TRUNCATED_NOTE)].endswith("|\n")
     assert fit_summary("small\n") == "small\n"
+
+
+def test_a_capability_axis_becomes_columns_and_lanes_get_their_own_grid(tmp_path: Path) -> None:
+    selection = {"platform": "cuda (simulated)", "device": "simulated", "vllm_version": "0.33.0", "torch_version": "2.14"}
+    simulated = write_shard(
+        tmp_path / "sel",
+        [
+            cell(sink=True, capability="8.0", verdict="unsupported", lane="selection"),
+            cell(sink=True, capability="9.0", lane="selection"),
+        ],
+        lane="selection",
+        env=selection,
+    )
+    real = write_shard(tmp_path / "gpu", [cell(sink=True)])
+    report, junit = merge(load_inputs([simulated, real]))
+    markdown = render_merged(report, junit)["matrix.md"].decode()
+    assert "## Lane gpu" in markdown and "## Lane selection" in markdown
+    header = next(line for line in markdown.splitlines() if "sm 8.0" in line)
+    assert "simulated · vLLM 0.33.0 · sm 8.0" in header and "simulated · vLLM 0.33.0 · sm 9.0" in header
+    row = markdown.splitlines()[markdown.splitlines().index(header) + 2]
+    assert row.startswith("| FLASH\\_ATTN | causal | sink |") and "⛔ unsupported" in row and "✅ pass" in row
