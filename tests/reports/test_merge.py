@@ -157,7 +157,7 @@ def test_an_oversized_summary_is_cut_at_a_line_with_a_note() -> None:
 
 
 def test_a_capability_axis_becomes_columns_and_lanes_get_their_own_grid(tmp_path: Path) -> None:
-    selection = {"platform": "cuda (simulated)", "device": "simulated", "vllm_version": "0.33.0", "torch_version": "2.14"}
+    selection = {**DEFAULT_ENV, "platform": "cuda (simulated)", "device": "simulated"}
     simulated = write_shard(
         tmp_path / "sel",
         [
