@@ -1,7 +1,7 @@
 """Compare two reports (each a matrix.json or a report directory): new failures, fixes, verdict changes.
 
-Prints the comparison as Markdown (and appends it to $GITHUB_STEP_SUMMARY when that is
-set); --md and --json write it to files too. Runs are
+Prints the comparison as Markdown (pipe it to $GITHUB_STEP_SUMMARY to show it on the
+run page); --md and --json write it to files too. Runs are
 paired by lane, platform and device, so last night's report on vLLM 0.32 and
 tonight's on 0.33 compare the same machine (by full key, versions included, when a
 report holds several runs of one machine). Cells that appeared or disappeared are
@@ -22,7 +22,6 @@ from harness.atomic import write_atomic
 from harness.errors import InputError
 from harness.reports.diff import diff_reports, load_report, render_diff_markdown
 from harness.reports.json_text import report_json
-from harness.reports.step_summary import append_step_summary
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,5 +55,4 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InputError(path, "", f"cannot write: {exc.strerror or exc}") from None
     sys.stdout.write(markdown)
-    append_step_summary(markdown)
     return 1 if diff.regressed else 0
