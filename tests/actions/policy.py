@@ -30,7 +30,7 @@ def load(path: Path) -> dict[str, Any]:
     return document
 
 
-def triggers(workflow: dict[str, Any]) -> dict[str, Any]:
+def triggers(workflow: dict[Any, Any]) -> dict[str, Any]:
     # YAML 1.1 reads a bare `on` key as the boolean True.
     on = workflow.get("on", workflow.get(True))
     if isinstance(on, str):
