@@ -81,9 +81,8 @@ class MatrixRun:
             },
             planned,
         )
-        workers = int(self.config.workerinput["workercount"]) if not self.is_controller else 1  # type: ignore[attr-defined]
         self.runner = CellRunner(
-            self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env, processes=workers
+            self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env
         )
 
     def run(self, cell: Cell) -> tuple[CellResult, bool]:

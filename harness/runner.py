@@ -64,16 +64,16 @@ def lane_groups_cells(matrix: Matrix) -> bool:
     return len({process_key(matrix, cell) for cell in expand(matrix)}) > 1
 
 
-def thread_environment(processes: int) -> dict[str, str]:
-    """OpenMP's thread count for one of ``processes`` cell processes sharing this host's cores.
+def thread_environment() -> dict[str, str]:
+    """One OpenMP thread per cell process, unless the user set OMP_NUM_THREADS.
 
-    torch sizes its pool to every core by default; two workers doing so on two cores make
-    each parallel region wait for a thread the other process holds. A count the user set wins.
+    torch sizes its pool to every core. A cell's tensors are tiny (a few hundred tokens of
+    a hidden-128 draft), so a second thread never made a cpu cell faster (best case 9.7 ms
+    with one thread, 10.1 ms with two), while every parallel region waits for a thread
+    that another process holds: with xdist workers or other jobs on the cores the median
+    forward+reference took 180 ms instead of 13 ms. Parallelism comes from workers (-n).
     """
-    if "OMP_NUM_THREADS" in os.environ:
-        return {}
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return {"OMP_NUM_THREADS": str(max(1, cores // max(1, processes)))}
+    return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
 
 
 def _resolve(spec: str) -> Callable[..., Any]:
@@ -210,14 +210,12 @@ class CellRunner:
         plants: Sequence[str] = (),
         options: dict[str, Any] | None = None,
         on_environment: Callable[[dict[str, Any]], None] | None = None,
-        processes: int = 1,
     ):
-        """``processes``: how many cell processes (one per xdist worker) share this host's cores."""
         self.matrix = matrix
         self.plants = tuple(plants)
         self.options = dict(options or {})
         self.on_environment = on_environment
-        self.environment = thread_environment(processes)
+        self.environment = thread_environment()
         self._child: _Child | None = None
         self._broken: dict[str, str] = {}
         self.restarts = 0
