@@ -60,13 +60,20 @@ class SimulatedGpu:
         return f"Simulated NVIDIA SM{major}{minor}"
 
     def environment(self, cubins_repository: str) -> dict[str, str]:
-        """Variables vLLM reads at import time.
+        """Variables vLLM and its dependencies read at import time.
 
         CUDA_VISIBLE_DEVICES="" makes vLLM treat the host like a distributed worker and keep
         Triton enabled with no active driver; without it Triton is replaced by placeholders,
         the Model Runner V2 DFlash loader fails to import and V2 is switched off.
         """
-        env = {"CUDA_VISIBLE_DEVICES": "", "VLLM_HAS_FLASHINFER_CUBIN": "1" if self.flashinfer_cubin else "0"}
+        env = {
+            "CUDA_VISIBLE_DEVICES": "",
+            "VLLM_HAS_FLASHINFER_CUBIN": "1" if self.flashinfer_cubin else "0",
+            # humming (a vLLM kernel dependency) starts two background interpreters at import
+            # to JIT-build its CUDA launcher; with no nvcc and no kernels to run they only cost
+            # about 0.9 GB and a core each, per cell process.
+            "HUMMING_DISABLE_PARALLEL_BUILD": "1",
+        }
         if not self.flashinfer_cubin:
             # vLLM still probes the cubin repository when cubins are absent; point it at a
             # port nothing listens on so the probe fails at once instead of after 5 s.

@@ -410,15 +410,22 @@ class _Session:
         )
 
     def selector_config(self, cell: Cell) -> Any:
-        torch = self.apis.torch
-        return self.apis.selector_config(
-            head_size=self.options.head_dim,
-            dtype=getattr(torch, str(cell.get("dtype", AXIS_DEFAULTS["dtype"]))),
-            kv_cache_dtype=str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
-            block_size=None,
-            has_sink=bool(cell.get("sink")),
-            use_non_causal=not bool(cell.get("causal")),
-        )
+        """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
+        wanted: dict[str, Any] = {
+            "head_size": self.options.head_dim,
+            "dtype": getattr(self.apis.torch, str(cell.get("dtype", AXIS_DEFAULTS["dtype"]))),
+            "kv_cache_dtype": str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
+            "block_size": None,
+            "has_sink": bool(cell.get("sink")),
+            "use_non_causal": not bool(cell.get("causal")),
+        }
+        fields = self.apis.selector_config._fields
+        for name, value in wanted.items():
+            # A release that predates a selector input cannot be asked about it; one that only
+            # lacks it where the cell does not need it (False) is asked without it.
+            if name not in fields and value:
+                raise _Unavailable(f"this vLLM release's AttentionSelectorConfig has no {name} field")
+        return self.apis.selector_config(**{name: value for name, value in wanted.items() if name in fields})
 
     def select(self, cell: Cell) -> _Selection:
         apis = self.apis

@@ -78,6 +78,7 @@ def test_simulated_gpu_pins_what_vllm_reads_at_import() -> None:
     assert with_cubins.environment("http://127.0.0.1:1/") == {
         "CUDA_VISIBLE_DEVICES": "",
         "VLLM_HAS_FLASHINFER_CUBIN": "1",
+        "HUMMING_DISABLE_PARALLEL_BUILD": "1",
     }
     without = SimulatedGpu("12.0", flashinfer_cubin=False).environment("http://127.0.0.1:1/")
     assert without["VLLM_HAS_FLASHINFER_CUBIN"] == "0"
