@@ -152,12 +152,13 @@ def platform_choice(requested: str | None, truth: DraftTruth, dtype: torch.dtype
 
 
 def backend_claim(backend: str, truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> Claim:
-    """The backend's own word on this configuration: ``validate_configuration``, which folds in
-    ``supports_sink``, ``supports_non_causal`` and ``supports_sliding_window``.
+    """The backend's own word on this configuration.
 
-    A platform without a device capability (CPU) makes the capability check of some backends
-    (FLASH_ATTN compares it with 8.0) raise TypeError; their claim is then assembled from the
-    per-feature methods ``validate_configuration`` calls, and says so.
+    ``validate_configuration`` folds in ``supports_sink``, ``supports_non_causal`` and
+    ``supports_sliding_window``. On a platform without a device capability (CPU) some
+    backends' capability check raises TypeError (FLASH_ATTN compares it with 8.0); their
+    claim is then assembled from the per-feature methods ``validate_configuration`` calls,
+    leaving out only the capability check this platform cannot answer.
     """
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
@@ -169,12 +170,11 @@ def backend_claim(backend: str, truth: DraftTruth, dtype: torch.dtype, vllm_conf
     selector = _selector_config(truth, dtype, vllm_config)
     capability = current_platform.get_device_capability()
     try:
-        reasons = list(backend_class.validate_configuration(device_capability=capability, **selector._asdict()))
+        reasons = backend_class.validate_configuration(device_capability=capability, **selector._asdict())
     except TypeError:
         if capability is not None:
             raise
-        reasons = [*_feature_reasons(backend_class, selector), "(no device capability here: per-feature claim)"]
-        return Claim(len(reasons) == 1, tuple(reasons))
+        reasons = _feature_reasons(backend_class, selector)
     return Claim(not reasons, tuple(str(r) for r in reasons))
 
 

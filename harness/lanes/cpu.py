@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import gc
 import importlib.metadata
-import math
 import platform
 import tempfile
 import time
@@ -192,101 +191,22 @@ class CpuLane:
         return dataclasses.replace(observation, duration_s=time.perf_counter() - started)
 
     def _observe(self, cell: Cell, stages: _Stages) -> Observation:
+        """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
-        from vllm.config import set_current_vllm_config
 
-        from harness.attention import draft as vllm_draft
-        from harness.attention.checkpoint import DraftSpec
-        from harness.attention.paged import Batch, prepare_layer, random_inputs
-        from harness.attention.reference import reference_attention
-
-        requested = cell.requested_backend
-        dtype_name = str(cell.get("dtype", "bfloat16"))
-        dtype = getattr(torch, dtype_name)
-        loader = str(cell.get("loader", "v2"))
-        timings: dict[str, float] = {}
-        clock = time.perf_counter()
-
-        def lap(name: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            timings[name] = round(now - clock, 4)
-            clock = now
+        from harness.attention.draft import EngineShape, engine_config
+        from harness.draft_cell import CellSetup, EagerForward, observe_cell
 
         process = _process()
-        lap("process_setup")
-        truth = process.draft(
-            DraftSpec(bool(cell.get("causal")), bool(cell.get("sink")), int(cell.get("sliding_window", 0) or 0))
-        )
-        engine = vllm_draft.EngineShape(kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")))
-        details: dict[str, Any] = {"loader": loader, "draft": truth.spec.dirname, "timings_s": timings}
-        try:
-            config = vllm_draft.engine_config(process.target_path, truth.path, requested, dtype_name, engine)
-        except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
-            return Observation(requested, rejection=(_one_line(f"{type(exc).__name__}: {exc}"),), details=details)
-        lap("config")
-
-        stages(Stage.SELECT)
-        try:
-            choice = vllm_draft.platform_choice(requested, truth, dtype, config)
-        except ValueError as exc:
-            return Observation(requested, rejection=(_one_line(f"{type(exc).__name__}: {exc}"),), details=details)
-        # The claim of the backend that was asked for; under auto-selection nobody asked
-        # for one, so the claim is that of the backend the platform picked.
-        claim = vllm_draft.backend_claim(requested or choice, truth, dtype, config)
-        lap("select")
-
-        stages(Stage.BUILD)
-        target = process.target(
-            dtype_name, lambda: vllm_draft.engine_config(process.target_path, truth.path, None, dtype_name, engine)
-        )
-        lap("target")
+        shape = EngineShape(kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")))
         device = torch.device("cpu")
-        with set_current_vllm_config(config):
-            draft = vllm_draft.load_draft(loader, target, config, device)
-            lap("draft")
-            layers = vllm_draft.attention_layers(draft.model)
-            observed = tuple(vllm_draft.layer_backend(attn) for attn in layers)
-            base = Observation(
-                requested_backend=requested,
-                platform_choice=choice,
-                observed_backends=observed,
-                claim=claim,
-                details=details,
-            )
-            if any(backend != choice for backend in observed):
-                # The request was lost on its way to the layers: that is the verdict, and
-                # numbers from a backend nobody selected would be evidence of nothing.
-                details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects {choice}"
-                return base
-            batch = Batch(context_lens=self.options.context_lens, query_len=engine.num_speculative_tokens + 1)
-            shape = truth.shape
-            per_layer = []
-            errors = []
-            for index, attn in enumerate(layers):
-                inputs = random_inputs(
-                    batch, shape.heads, shape.kv_heads, shape.head_dim, dtype, self.options.seed + index
-                )
-                prepared = prepare_layer(attn, config, batch, inputs, draft.causal[index], device, stages)
-                stages(Stage.FORWARD)
-                output = prepared.run()
-                lap(f"forward_{index}")
-                stages(Stage.COMPARE)
-                expected = reference_attention(
-                    inputs.query,
-                    inputs.keys,
-                    inputs.values,
-                    [batch.query_len] * len(batch.context_lens),
-                    scale=truth.scale,
-                    causal=truth.spec.causal,
-                    sinks=truth.layer_sinks(index),
-                    window=truth.window,
-                )
-                error = float((output.float().cpu() - expected).abs().max())
-                lap(f"compare_{index}")
-                errors.append(error)
-                per_layer.append({**prepared.details, "isa": getattr(attn, "isa", None), "max_abs_err": error})
-        details["layers"] = per_layer
-        # max() would let a NaN from one layer hide behind a finite error of another.
-        worst = next((e for e in errors if math.isnan(e)), max(errors))
-        return dataclasses.replace(base, max_abs_err=worst, tolerance=cell.tolerance)
+        setup = CellSetup(
+            device=device,
+            seed=self.options.seed,
+            context_lens=self.options.context_lens,
+            query_len=shape.num_speculative_tokens + 1,
+            config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),
+            target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
+            forward=EagerForward(device),
+        )
+        return observe_cell(cell, process, setup, stages, cell.tolerance)
