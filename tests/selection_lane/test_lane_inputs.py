@@ -57,6 +57,7 @@ def test_rejection_reasons_are_read_from_vllms_message() -> None:
         (BASE_AXES, "[options]\nhead_dim = 0\n", "options.head_dim"),
         (BASE_AXES, '[options]\nwarp_speed = "yes"\n', "options.warp_speed"),
     ],
+    ids=["sliding-window", "cuda-graphs", "no-capability", "bad-head-dim", "unknown-option"],
 )
 def test_matrices_the_lane_cannot_run_are_refused(tmp_path: Path, axes: str, options: str, key: str) -> None:
     with pytest.raises(InputError) as refused:
