@@ -166,7 +166,13 @@ class SelectionLane:
         self._after_install.append(hook)
 
     def environment(self) -> Mapping[str, str]:
-        env = {"lane": NAME, "platform": "CudaPlatform, simulated (no GPU, no kernels run)"}
+        capabilities = sorted({str(c) for c in dict(self.matrix.axes)["capability"]}, key=lambda c: float(c))
+        env = {
+            "lane": NAME,
+            "platform": "CudaPlatform, simulated (no GPU, no kernels run)",
+            # One run covers every generation its matrix lists, one cell process each.
+            "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
+        }
         for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
             try:
                 env[distribution] = importlib.metadata.version(distribution)
