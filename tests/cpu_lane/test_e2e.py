@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,9 @@ def test_llm_generates_with_dflash_draft(tmp_path: Path, causal: bool, sink: boo
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
     tail = log.read_text()[-3000:]
-    result = json.loads(out.read_text()) if out.exists() else {"ok": False, "error": f"exit {returncode}"}
+    result: dict[str, Any] = (
+        json.loads(out.read_text()) if out.exists() else {"ok": False, "error": f"exit {returncode}"}
+    )
     if result["ok"]:
         observation = Observation(requested_backend=REQUESTED, observed_backends=tuple(result["backends"]))
     else:
