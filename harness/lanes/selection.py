@@ -64,7 +64,9 @@ def process_key(cell: Cell) -> str:
 
 
 def gpu_for(cell: Cell) -> SimulatedGpu:
-    return SimulatedGpu(str(cell.get("capability")), bool(cell.get("flashinfer_cubin", False)))
+    return SimulatedGpu(
+        str(cell.get("capability")), bool(cell.get("flashinfer_cubin", AXIS_DEFAULTS["flashinfer_cubin"]))
+    )
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,9 @@ class _Session:
         self.options = options
         self.installed = install(gpu)
         self.apis = _VllmApis.load()
-        self._checkpoints = Path(tempfile.mkdtemp(prefix="dflash-selection-"))
+        # Removed when the cell process exits (the runner's spawned children exit normally).
+        self._workdir = tempfile.TemporaryDirectory(prefix="dflash-selection-")
+        self._checkpoints = Path(self._workdir.name)
         self._drafts: dict[tuple[bool, bool], Path] = {}
         self._target_path = self._write_target()
         self._distributed = False
