@@ -7,6 +7,9 @@
   draft's attention layers and the platform selector report.
 - ``paged``: one forward pass of a draft attention layer through its backend impl, on a
   paged KV cache with the context pre-inserted, with metadata from the backend's builder.
+- ``cell``: the whole per-cell flow both lanes run (config, claim, loader, layers, forward,
+  reference), with the device and the forward strategy as parameters.
+- ``graph``: capture and replay of a backend call in a CUDA graph (torch only).
 
 Only ``checkpoint`` and ``reference`` are importable without vLLM.
 """

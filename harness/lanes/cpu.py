@@ -194,8 +194,8 @@ class CpuLane:
         """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
 
+        from harness.attention.cell import CellSetup, EagerForward, observe_cell
         from harness.attention.draft import EngineShape, engine_config
-        from harness.draft_cell import CellSetup, EagerForward, observe_cell
 
         process = _process()
         shape = EngineShape(kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")))

@@ -4,7 +4,7 @@ and each layer runs through that backend's kernels against the fp32 reference: e
 captured in a CUDA graph and replayed (``cudagraph=graph``), since some bugs live only in the
 replay (vLLM #48167).
 
-The cell flow is ``harness.draft_cell``, the same device-agnostic code the cpu lane's flow
+The cell flow is ``harness.attention.cell``, the same device-agnostic code the cpu lane's flow
 runs; this module adds what only a GPU has: the device check, CUDA graphs, fp8 KV caches and
 sticky CUDA errors. A sticky error (illegal memory access, device-side assert) fails every
 later CUDA call in its process, so the cell that hit it is a ``crash`` at stage forward and
@@ -182,11 +182,11 @@ _GRAPH_SUPPORT_NEEDED = "UNIFORM_BATCH"
 
 class GraphForward:
     """The layer's backend call captured in a CUDA graph, then replayed on inputs the capture
-    never saw (``harness.cuda_graph.capture_and_replay``)."""
+    never saw (``harness.attention.graph.capture_and_replay``)."""
 
     def __init__(self, device: Any, seed: int, graphs: Callable[[Any], Any] | None = None):
         """``graphs(device)`` gives the graph API; None: ``torch.cuda`` graphs
-        (``harness.cuda_graph.CudaGraphs``)."""
+        (``harness.attention.graph.CudaGraphs``)."""
         self.device = device
         self.seed = seed
         self.graphs = graphs
@@ -210,8 +210,8 @@ class GraphForward:
     def run(self, attn: Any, attention_config: Any, batch: Any, inputs: Any, causal: bool, stage_log: StageLog) -> Any:
         import torch
 
+        from harness.attention.graph import CudaGraphs, capture_and_replay
         from harness.attention.paged import Inputs, prepare_layer
-        from harness.cuda_graph import CudaGraphs, capture_and_replay
 
         generator = torch.Generator().manual_seed(self.seed + 7919)
 
@@ -383,8 +383,8 @@ class GpuLane:
     def _observe(self, cell: Cell, stages: _Stages) -> Observation:
         import torch
 
+        from harness.attention.cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
         from harness.attention.draft import EngineShape, engine_config
-        from harness.draft_cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
 
         wanted = cell.get("capability")
         device_capability = self._device_capability()

@@ -10,7 +10,7 @@ device it prints the lane's one-line refusal and exits 1. The checks:
 - pinning: one child process per visible device (at most 4) given ``CUDA_VISIBLE_DEVICES`` by
   ``device_for_worker``, as pytest-xdist workers are, sees exactly its own device;
 - graph: the attention reference's semantics (sinks, non-causal, sliding window, GQA) as one
-  batched torch computation, captured in a CUDA graph by ``harness.cuda_graph.CudaGraphs``
+  batched torch computation, captured in a CUDA graph by ``harness.attention.graph.CudaGraphs``
   and replayed on refilled inputs, match ``reference_attention`` of those inputs;
 - sticky: a device-side assert in a child process is recognised as a sticky error, and the
   child's CUDA no longer synchronises (what marks a gpu lane cell process as poisoned).
@@ -31,8 +31,8 @@ if str(REPO) not in sys.path:  # run as a script from a checkout, installed or n
 
 import torch  # noqa: E402
 
+from harness.attention.graph import CudaGraphs, capture_and_replay  # noqa: E402
 from harness.attention.reference import reference_attention, visible_keys  # noqa: E402
-from harness.cuda_graph import CudaGraphs, capture_and_replay  # noqa: E402
 from harness.gpu_devices import (  # noqa: E402
     VISIBLE_DEVICES,
     DeviceRefusal,

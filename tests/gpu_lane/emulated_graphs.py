@@ -1,4 +1,4 @@
-"""Stand-ins for ``torch.cuda`` graphs on the CPU (``harness.cuda_graph.GraphApi``).
+"""Stand-ins for ``torch.cuda`` graphs on the CPU (``harness.attention.graph.GraphApi``).
 
 ``EmulatedGraphs`` keeps the one property of a CUDA graph that matters here: a replay re-runs
 the captured work on whatever the static buffers hold at replay time. The broken variants (a

