@@ -6,7 +6,8 @@ platform's answer for the explicit request and for auto-selection, and the draft
 through the real loader (``load_dflash_model`` or ``DFlashProposer``) with dummy weights,
 reading the backend each attention layer carries. The platform is simulated with the
 lane's own ``harness.simulated_cuda`` (without it there is no CUDA platform to ask). No
-runner, pytest, journal, enum census or verdicts. Needs the stub libcuda on LD_LIBRARY_PATH.
+runner, pytest, journal, enum census or verdicts; one OpenMP thread, like the runner's cell
+processes. Needs the stub libcuda on LD_LIBRARY_PATH.
 
     python -m benchmarks.bare_selection --matrix matrices/selection.toml --key sm90-cubin --out FILE.json
 """
@@ -16,11 +17,15 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+# As in the runner's cell processes: one OpenMP thread unless the user set a count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from harness.matrix import Cell, expand, load_matrix
 from harness.runner import process_key
