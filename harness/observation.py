@@ -36,6 +36,9 @@ class Observation:
                        exactly this one means the platform substituted it.
     observed_backends: the backend each draft attention layer really carries, read from the layer.
     rejection:         reasons, when the request was cleanly refused (a ValueError with reasons).
+    platform_refusal:  reasons the platform's selector gives for refusing the request in isolation,
+                       recorded when the draft was built all the same: then no selector ever saw
+                       the request, and the layers carry whatever the loader asked for instead.
     unavailable:       why the backend, or the API the lane needs, does not exist here.
     failure:           an unexpected exception, with its stage.
     timed_out:         the cell ran past its time limit (set by the runner, never by a lane).
@@ -46,6 +49,7 @@ class Observation:
     platform_choice: str | None = None
     observed_backends: tuple[str, ...] = ()
     rejection: tuple[str, ...] | None = None
+    platform_refusal: tuple[str, ...] | None = None
     unavailable: str | None = None
     failure: Failure | None = None
     timed_out: bool = False

@@ -91,6 +91,14 @@ def judge(obs: Observation) -> Judgement:
         return Judgement(Verdict.CRASH, Stage.BUILD, "lane reported no draft attention layer")
     wanted = obs.requested_backend
     layers = ", ".join(obs.observed_backends)
+    if obs.platform_refusal is not None:
+        reasons = "; ".join(obs.platform_refusal) or "no reasons given"
+        return Judgement(
+            Verdict.WRONG_BACKEND,
+            Stage.BUILD,
+            f"the platform refuses {wanted or 'auto-selection'} ({reasons}), yet draft layers carry {layers}: "
+            "the loader never passed the request on",
+        )
     strays = sorted({b for b in obs.observed_backends if b != obs.platform_choice})
     if obs.platform_choice is not None and strays:
         what = f"requested {wanted}" if wanted else "auto-selection"

@@ -402,11 +402,11 @@ class _Session:
         observed = tuple(backend for _, backend, _ in layers)
         if rejection is not None:
             # The platform refuses this request, yet the loader built a draft: it never passed
-            # the request on. Report what the layers carry so the verdict cannot be 'unsupported'.
+            # the request on (wrong-backend), and the verdict must not read 'unsupported'.
             details["draft"] = "built although the platform rejects the request: the loader lost it"
             return Observation(
                 requested_backend=requested,
-                platform_choice=None,
+                platform_refusal=rejection,
                 observed_backends=observed,
                 claim=selection.claim,
                 details=details,

@@ -69,6 +69,18 @@ def test_no_draft_layer_is_a_crash_at_build() -> None:
     assert (judgement.verdict, judgement.stage) == (Verdict.CRASH, Stage.BUILD)
 
 
+def test_a_refused_request_that_still_built_is_a_lost_request() -> None:
+    # The pre-#46770 loader drops a request the platform would refuse and builds with auto:
+    # that is the loader's fault (wrong-backend), never a platform substitution.
+    lost = Observation(
+        "FLEX_ATTENTION", platform_refusal=("attention sinks not supported",), observed_backends=("FLASH_ATTN",)
+    )
+    judgement = judge(lost)
+    assert (judgement.verdict, judgement.stage) == (Verdict.WRONG_BACKEND, Stage.BUILD)
+    assert "attention sinks not supported" in judgement.message
+    assert judge(Observation("FLEX_ATTENTION", observed_backends=("FLASH_ATTN",))).verdict == Verdict.SUBSTITUTED
+
+
 def test_auto_selection_is_never_substituted() -> None:
     assert judge(ran(None, ["CPU_ATTN"])).verdict == Verdict.PASS
     lost = judge(ran(None, ["TRITON_ATTN"], platform_choice="CPU_ATTN"))
