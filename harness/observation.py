@@ -16,6 +16,12 @@ class Claim:
     reasons: tuple[str, ...] = ()
 
 
+def one_line(text: object, limit: int = 2000) -> str:
+    """Messages land in table cells and JUnit attributes: one line, bounded."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 @dataclass(frozen=True)
 class Failure:
     """An exception nobody expected, and where it happened."""
@@ -23,6 +29,10 @@ class Failure:
     stage: Stage
     error_type: str
     message: str
+
+    @classmethod
+    def of(cls, stage: Stage, error: BaseException, limit: int = 2000) -> Failure:
+        return cls(stage, type(error).__name__, one_line(error, limit))
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from typing import Any
 
 from harness.expectations import expectations_for
 from harness.matrix import Cell, Matrix, expand, load_matrix
-from harness.observation import Failure, Observation
+from harness.observation import Failure, Observation, one_line
 from harness.result import CellResult, decide
 from harness.verdict import STAGES, Stage
 
@@ -141,7 +141,7 @@ def _serve(
             stage = Stage(STAGES[stage_slot.value]) if stage_slot.value != _NO_STAGE else Stage.CONFIG
             observation = Observation(
                 requested_backend=cell.requested_backend,
-                failure=Failure(stage, type(exc).__name__, _one_line(str(exc))),
+                failure=Failure.of(stage, exc),
                 details={"traceback": traceback.format_exc(limit=8)},
             )
         elapsed = time.perf_counter() - started
@@ -153,7 +153,7 @@ def _serve(
             # A lane put something that cannot cross the process boundary in its observation (a
             # lambda, a handle): the cell says so, instead of the process dying without a word.
             stage = Stage(STAGES[stage_slot.value]) if stage_slot.value != _NO_STAGE else Stage.CONFIG
-            why = _one_line(f"cannot send the observation to the runner: {type(exc).__name__}: {exc}")
+            why = one_line(f"cannot send the observation to the runner: {type(exc).__name__}: {exc}")
             failure = Failure(stage, "UnsendableObservation", why)
             conn.send(("observed", Observation(cell.requested_backend, failure=failure, duration_s=elapsed)))
         if not frozen:
@@ -174,11 +174,6 @@ def _freeze_process_state() -> None:
     """
     gc.collect()
     gc.freeze()
-
-
-def _one_line(text: str, limit: int = 2000) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _describe_exit(code: int | None) -> str:
@@ -325,7 +320,7 @@ class CellRunner:
                 # cell process can import): the child is fine, this cell's report is not.
                 stage_index = child.stage_slot.value
                 stage = Stage(STAGES[stage_index]) if stage_index != _NO_STAGE else Stage.CONFIG
-                why = _one_line(f"cannot read the cell's observation: {type(exc).__name__}: {exc}")
+                why = one_line(f"cannot read the cell's observation: {type(exc).__name__}: {exc}")
                 return Observation(
                     cell.requested_backend,
                     failure=Failure(stage, "UnreadableObservation", why),

@@ -23,7 +23,7 @@ import torch
 from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.paged import Batch, Inputs
 from harness.matrix import Cell
-from harness.observation import Observation
+from harness.observation import Observation, one_line
 from harness.verdict import Stage
 
 StageLog = Callable[[Stage], None]
@@ -113,10 +113,6 @@ def draft_attention_config(vllm_config: Any, truth: DraftTruth, requested: str |
     return config
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())[:2000]
-
-
 def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
     return tensors if dtype is None else tuple(t.to(dtype).float() for t in tensors)
 
@@ -154,7 +150,7 @@ def observe_cell(
     try:
         config = setup.config(source.target_path, truth.path, requested, dtype_name)
     except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
-        return Observation(requested, rejection=(_one_line(f"{type(exc).__name__}: {exc}"),), details=details)
+        return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
     lap("config")
 
     stages(Stage.SELECT)
@@ -163,7 +159,7 @@ def observe_cell(
         try:
             choice = vllm_draft.platform_choice(requested, truth, dtype, config)
         except ValueError as exc:
-            return Observation(requested, rejection=(_one_line(f"{type(exc).__name__}: {exc}"),), details=details)
+            return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
         # The claim of the backend that was asked for; under auto-selection nobody asked
         # for one, so the claim is that of the backend the platform picked.
         claim = vllm_draft.backend_claim(requested or choice, truth, dtype, config)

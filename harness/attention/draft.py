@@ -34,9 +34,19 @@ class EngineShape:
 
 
 def engine_config(
-    target: Path, draft: Path, requested: str | None, dtype: str, shape: EngineShape = EngineShape()
+    target: Path,
+    draft: Path,
+    requested: str | None,
+    dtype: str,
+    shape: EngineShape = EngineShape(),
+    graph_tokens: int | None = None,
 ) -> Any:
-    """The VllmConfig an engine would build for this cell (no engine is started)."""
+    """The VllmConfig an engine would build for this cell (no engine is started).
+
+    With ``graph_tokens``, FULL decode CUDA graphs captured for that many tokens instead of
+    eager mode: metadata builders read the graph mode when they are built and then take their
+    graph paths (FlashInfer's CUDA-graph decode wrappers, FlashAttention's scheduler metadata).
+    """
     from vllm.engine.arg_utils import EngineArgs
 
     speculative: dict[str, object] = {
@@ -46,11 +56,14 @@ def engine_config(
     }
     if requested is not None:
         speculative["attention_backend"] = requested
+    graphs: dict[str, Any] = {}
+    if graph_tokens is not None:
+        graphs["compilation_config"] = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [graph_tokens]}
     args = EngineArgs(
         model=str(target),
         speculative_config=speculative,
         load_format="auto",
-        enforce_eager=True,
+        enforce_eager=graph_tokens is None,
         max_model_len=shape.max_model_len,
         max_num_seqs=shape.max_num_seqs,
         max_num_batched_tokens=shape.max_model_len,
@@ -59,6 +72,7 @@ def engine_config(
         block_size=shape.block_size,
         kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
         kv_cache_dtype=shape.kv_cache_dtype,
+        **graphs,
     )
     return args.create_engine_config()
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.lanes.protocol import StageLog
+from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation
 from harness.verdict import Stage
@@ -130,20 +130,6 @@ def _process() -> _Process:
     return _Process()
 
 
-class _Stages:
-    """Forwards stage changes to the runner and remembers the last one for a Failure."""
-
-    def __init__(self, stage_log: StageLog):
-        self._log = stage_log
-        self.current = Stage.CONFIG
-
-    def __call__(self, stage: Stage) -> None:
-        self.current = stage
-        self._log(stage)
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())[:2000]
 
 
 class CpuLane:
@@ -178,19 +164,19 @@ class CpuLane:
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         started = time.perf_counter()
-        stages = _Stages(stage_log)
+        stages = StageTracker(stage_log)
         stages(Stage.CONFIG)
         try:
             observation = self._observe(cell, stages)
         except Exception as exc:
             observation = Observation(
                 requested_backend=cell.requested_backend,
-                failure=Failure(stages.current, type(exc).__name__, _one_line(exc)),
+                failure=Failure.of(stages.current, exc),
                 details={"traceback": traceback.format_exc(limit=8)},
             )
         return dataclasses.replace(observation, duration_s=time.perf_counter() - started)
 
-    def _observe(self, cell: Cell, stages: _Stages) -> Observation:
+    def _observe(self, cell: Cell, stages: StageTracker) -> Observation:
         """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
 

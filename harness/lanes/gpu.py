@@ -39,9 +39,9 @@ from harness.gpu_devices import (
     is_sticky_cuda_error,
     query_environment,
 )
-from harness.lanes.protocol import StageLog
+from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
-from harness.observation import Failure, Observation
+from harness.observation import Failure, Observation, one_line
 from harness.runner import POISONED
 from harness.verdict import Stage
 
@@ -239,37 +239,6 @@ class GraphForward:
         return capture_and_replay(captured.run, refill, graphs)
 
 
-def graph_engine_config(target: Path, draft: Path, requested: str | None, dtype: str, shape: Any, capture: int) -> Any:
-    """``harness.attention.draft.engine_config`` with FULL decode CUDA graphs instead of eager
-    mode: the metadata builders read the graph mode when they are built and then take their
-    graph paths (FlashInfer's CUDA-graph decode wrappers, FlashAttention's persistent
-    scheduler metadata). ``capture`` is the batch size (in tokens) the graph is captured for."""
-    from vllm.engine.arg_utils import EngineArgs
-
-    speculative: dict[str, object] = {
-        "method": "dflash",
-        "model": str(draft),
-        "num_speculative_tokens": shape.num_speculative_tokens,
-    }
-    if requested is not None:
-        speculative["attention_backend"] = requested
-    args = EngineArgs(
-        model=str(target),
-        speculative_config=speculative,
-        load_format="auto",
-        enforce_eager=False,
-        compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [capture]},
-        max_model_len=shape.max_model_len,
-        max_num_seqs=shape.max_num_seqs,
-        max_num_batched_tokens=shape.max_model_len,
-        skip_tokenizer_init=True,
-        dtype=dtype,
-        block_size=shape.block_size,
-        kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
-        kv_cache_dtype=shape.kv_cache_dtype,
-    )
-    return args.create_engine_config()
-
 
 def _cuda_healthy() -> bool:
     import torch
@@ -281,20 +250,6 @@ def _cuda_healthy() -> bool:
     return True
 
 
-class _Stages:
-    """Forwards stage changes to the runner and remembers the last one for a Failure."""
-
-    def __init__(self, stage_log: StageLog):
-        self._log = stage_log
-        self.current = Stage.CONFIG
-
-    def __call__(self, stage: Stage) -> None:
-        self.current = stage
-        self._log(stage)
-
-
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())[:2000]
 
 
 def _version(dist: str) -> str:
@@ -346,7 +301,7 @@ class GpuLane:
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         started = time.perf_counter()
-        stages = _Stages(stage_log)
+        stages = StageTracker(stage_log)
         stages(Stage.CONFIG)
         try:
             observation = self._observe(cell, stages)
@@ -356,7 +311,7 @@ class GpuLane:
 
     def _failure(self, cell: Cell, stage: Stage, exc: Exception) -> Observation:
         details: dict[str, Any] = {"traceback": traceback.format_exc(limit=8)}
-        message = _one_line(exc)
+        message = one_line(exc)
         sticky = is_sticky_cuda_error(message)
         healthy = _cuda_healthy()
         graph_forward = cell.get("cudagraph") == "graph" and stage in (Stage.FORWARD, Stage.COMPARE)
@@ -380,7 +335,7 @@ class GpuLane:
             details=details,
         )
 
-    def _observe(self, cell: Cell, stages: _Stages) -> Observation:
+    def _observe(self, cell: Cell, stages: StageTracker) -> Observation:
         import torch
 
         from harness.attention.cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
@@ -404,9 +359,7 @@ class GpuLane:
         tokens = query_len * len(self.options.context_lens)
 
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
-            if graph:
-                return graph_engine_config(target, draft, requested, dtype, shape, tokens)
-            return engine_config(target, draft, requested, dtype, shape)
+            return engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
 
         setup = CellSetup(
             device=process.device,

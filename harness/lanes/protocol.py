@@ -19,6 +19,18 @@ from harness.verdict import Stage
 StageLog = Callable[[Stage], None]
 
 
+class StageTracker:
+    """A StageLog that also remembers the last stage, for the Failure of an exception."""
+
+    def __init__(self, stage_log: StageLog):
+        self._log = stage_log
+        self.current = Stage.CONFIG
+
+    def __call__(self, stage: Stage) -> None:
+        self.current = stage
+        self._log(stage)
+
+
 class Lane(Protocol):
     name: str
 

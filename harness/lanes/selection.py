@@ -35,7 +35,7 @@ from harness.axes import AxisValue, capability_token
 from harness.errors import InputError
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
-from harness.observation import Claim, Failure, Observation
+from harness.observation import Claim, Failure, Observation, one_line
 from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.verdict import Stage
 
@@ -124,13 +124,8 @@ def rejection_reasons(error: ValueError) -> tuple[str, ...]:
     return tuple(str(reason) for reason in reasons) if isinstance(reasons, list) else (str(reasons),)
 
 
-def _one_line(text: str, limit: int = 600) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _failure(stage: Stage, error: BaseException) -> Failure:
-    return Failure(stage, type(error).__name__, _one_line(str(error)))
+    return Failure.of(stage, error, limit=600)
 
 
 @dataclass
@@ -373,7 +368,7 @@ class _Session:
         except ValueError as error:
             if rejection is not None:
                 # The loader refused the request with a configuration error, as the platform did.
-                details["draft"] = f"loader refused it too: {_one_line(str(error), 300)}"
+                details["draft"] = f"loader refused it too: {one_line(error, 300)}"
                 return Observation(
                     requested_backend=requested,
                     platform_choice=platform_choice,
@@ -452,7 +447,7 @@ class _Session:
                 except ImportError as error:
                     raise _Unavailable(
                         f"AttentionBackendEnum.{requested} points to {member.value}, which this vLLM cannot import "
-                        f"({type(error).__name__}: {_one_line(str(error), 200)})"
+                        f"({type(error).__name__}: {one_line(error, 200)})"
                     ) from None
                 reasons = tuple(backend_cls.validate_configuration(device_capability=capability, **config._asdict()))
                 selection.claim = Claim(supported=not reasons, reasons=reasons)
@@ -466,8 +461,8 @@ class _Session:
                 selection.auto = apis.backend_name(platform_cls.get_attn_backend_cls(None, attn_selector_config=config))
                 selection.details["auto_selected"] = selection.auto
             except ValueError as error:
-                selection.auto_rejection = (_one_line(str(error)),)
-                selection.details["auto_selected"] = f"none: {_one_line(str(error), 300)}"
+                selection.auto_rejection = (one_line(error, 600),)
+                selection.details["auto_selected"] = f"none: {one_line(error, 300)}"
         return selection
 
     # -- the draft --------------------------------------------------------
@@ -578,7 +573,7 @@ class _VllmApis:
             try:
                 return getattr(importlib.import_module(module), attr)
             except (ImportError, AttributeError) as error:
-                missing[f"{module}.{attr}"] = f"{type(error).__name__}: {_one_line(str(error), 200)}"
+                missing[f"{module}.{attr}"] = f"{type(error).__name__}: {one_line(error, 200)}"
                 return None
 
         import torch
