@@ -188,7 +188,8 @@ class CpuLane:
         device = torch.device("cpu")
         setup = CellSetup(
             device=device,
-            seed=self.options.seed,
+            # Each cell draws its own inputs, the same ones on every run: derived from its id.
+            seed=cell.seed + self.options.seed,
             context_lens=self.options.context_lens,
             query_len=shape.num_speculative_tokens + 1,
             config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),

@@ -361,16 +361,17 @@ class GpuLane:
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
             return engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
 
+        seed = cell.seed + self.options.seed  # each cell its own inputs, the same on every run
         setup = CellSetup(
             device=process.device,
-            seed=self.options.seed,
+            seed=seed,
             context_lens=self.options.context_lens,
             query_len=query_len,
             config=config,
             # The target's attention never runs here: built eagerly with a plain cache, so a
             # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
             target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
-            forward=GraphForward(process.device, self.options.seed) if graph else EagerForward(process.device),
+            forward=GraphForward(process.device, seed) if graph else EagerForward(process.device),
         )
         tolerance = cell.tolerance
         if kv_reference_dtype(kv_cache_dtype) is not None:
