@@ -66,6 +66,7 @@ class BareProcess:
         from vllm.config import set_current_vllm_config
 
         from harness.attention import draft as vllm_draft
+        from harness.attention.cell import draft_attention_config
         from harness.attention.checkpoint import DraftSpec, write_draft
         from harness.attention.paged import Batch, prepare_layer, random_inputs
         from harness.attention.reference import reference_attention
@@ -89,13 +90,15 @@ class BareProcess:
             draft = vllm_draft.load_draft(
                 str(cell.get("loader", "v2")), self.targets[dtype_name], config, torch.device("cpu")
             )
+            # The metadata builders get the engine's config with the draft's causality and backend.
+            attention_config = draft_attention_config(config, truth, cell.requested_backend)
             batch = Batch(query_len=engine.num_speculative_tokens + 1)
             shape = truth.shape
             for index, attn in enumerate(vllm_draft.attention_layers(draft.model)):
                 lap = time.perf_counter()
-                inputs = random_inputs(batch, shape.heads, shape.kv_heads, shape.head_dim, dtype, index)
+                inputs = random_inputs(batch, shape.heads, shape.kv_heads, shape.head_dim, dtype, cell.seed + index)
                 prepared = prepare_layer(
-                    attn, config, batch, inputs, draft.causal[index], torch.device("cpu"), lambda stage: None
+                    attn, attention_config, batch, inputs, draft.causal[index], torch.device("cpu"), lambda stage: None
                 )
                 output = prepared.run()
                 laps[f"forward_{index}"] = time.perf_counter() - lap
