@@ -409,22 +409,20 @@ def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         raise SystemExit(f"bench: {matrix_path}: no cells have process key(s) {', '.join(unknown)} (valid: {valid})")
     work = out / "selection"
     work.mkdir(parents=True, exist_ok=True)
+
+    def bare_command(key: str, out: Path) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.bare_selection", "--matrix", str(matrix_path), "--key", key,
+                "--out", str(out)]  # fmt: skip
+
+    # Untimed: a fresh env's first vLLM process inspects each model class in a subprocess
+    # (seconds) and caches the answer; neither side should be measured paying for that.
+    print("selection lane: warm-up", flush=True)
+    _timed("warm-up", bare_command(keys[0], work / "warm-up.json"), work)
     rows = []
     for key in keys:
         print(f"selection lane: {key}, {len(by_key[key])} cells", flush=True)
         bare_json = work / f"bare-{key}.json"
-        bare_command = [
-            sys.executable,
-            "-m",
-            "benchmarks.bare_selection",
-            "--matrix",
-            str(matrix_path),
-            "--key",
-            key,
-            "--out",
-            str(bare_json),
-        ]
-        bare_run = _timed(f"bare-{key}", bare_command, work)
+        bare_run = _timed(f"bare-{key}", bare_command(key, bare_json), work)
         if bare_run.returncode != 0:
             raise SystemExit(f"bench: the bare selection script failed for {key}; see {bare_run.log}")
         bare = json.loads(bare_json.read_text())
