@@ -77,6 +77,23 @@ def engine_config(
     return args.create_engine_config()
 
 
+def init_single_process_group(root: Path, backend: str) -> None:
+    """vLLM's model code asks for tensor- and pipeline-parallel groups even in one process:
+    a world of one, rendezvous through a file under ``root``. Once per process."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(
+            world_size=1,
+            rank=0,
+            distributed_init_method=f"file://{root / 'dist-init'}",
+            local_rank=0,
+            backend=backend,
+        )
+        ensure_model_parallel_initialized(1, 1)
+
+
 def load_target(vllm_config: Any) -> nn.Module:
     """Build the target under its own config: layers register in the config they are built
     under, and a second model under one config fails with "Duplicate layer name"."""

@@ -77,11 +77,10 @@ class _Process:
 
     def __init__(self) -> None:
         import torch
-        from vllm.config import VllmConfig, set_current_vllm_config
-        from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
         from vllm.v1.worker.cpu_model_runner import _set_torch_accelerator_to_noop
 
         from harness.attention.checkpoint import write_target
+        from harness.attention.draft import init_single_process_group
 
         # vLLM's CPU worker does this in its __init__; without it the model loader's
         # torch.accelerator.empty_cache() raises "Cannot access accelerator device".
@@ -93,15 +92,7 @@ class _Process:
         self.amx = bool(torch.cpu._is_amx_tile_supported() and torch.cpu._init_amx())
         self._dir = tempfile.TemporaryDirectory(prefix="dflash-cpu-")
         self.root = Path(self._dir.name)
-        with set_current_vllm_config(VllmConfig()):
-            init_distributed_environment(
-                world_size=1,
-                rank=0,
-                distributed_init_method=f"file://{self.root / 'dist-init'}",
-                local_rank=0,
-                backend="gloo",
-            )
-            ensure_model_parallel_initialized(1, 1)
+        init_single_process_group(self.root, "gloo")
         self.target_path = write_target(self.root)
         self._drafts: dict[Any, Any] = {}
         self._targets: dict[str, Any] = {}

@@ -128,26 +128,17 @@ class _Process:
 
     def __init__(self, head_dim: int) -> None:
         import torch
-        from vllm.config import VllmConfig, set_current_vllm_config
-        from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
         from vllm.platforms import current_platform
 
         from harness.attention.checkpoint import ModelShape, write_target
+        from harness.attention.draft import init_single_process_group
 
         torch.cuda.set_device(0)
         self.device = torch.device("cuda", 0)
         self.shape = ModelShape(head_dim=head_dim)
         self._dir = tempfile.TemporaryDirectory(prefix="dflash-gpu-")
         self.root = Path(self._dir.name)
-        with set_current_vllm_config(VllmConfig()):
-            init_distributed_environment(
-                world_size=1,
-                rank=0,
-                distributed_init_method=f"file://{self.root / 'dist-init'}",
-                local_rank=0,
-                backend=current_platform.dist_backend,
-            )
-            ensure_model_parallel_initialized(1, 1)
+        init_single_process_group(self.root, current_platform.dist_backend)
         self.target_path = write_target(self.root, self.shape)
         self._drafts: dict[Any, Any] = {}
         self._targets: dict[str, Any] = {}

@@ -45,12 +45,12 @@ def cells(matrix: Matrix) -> dict[str, Cell]:
     return {cell.id: cell for cell in expand(matrix)}
 
 
-def _setup(forward: LayerForward) -> CellSetup:
+def _setup(cell: Cell, forward: LayerForward) -> CellSetup:
     from harness.attention.draft import EngineShape, engine_config
 
     return CellSetup(
         device=torch.device("cpu"),
-        seed=cpu.CpuOptions.seed,
+        seed=cell.seed + cpu.CpuOptions.seed,  # as both lanes derive it
         context_lens=cpu.CpuOptions.context_lens,
         query_len=EngineShape().num_speculative_tokens + 1,
         config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, EngineShape()),
@@ -61,7 +61,7 @@ def _setup(forward: LayerForward) -> CellSetup:
 
 def _observe(cell: Cell, forward: LayerForward) -> Observation:
     # The cpu lane's process state: its CPU-specific setup (accelerator no-op, AMX, gloo).
-    return observe_cell(cell, cpu._process(), _setup(forward), lambda stage: None, cell.tolerance)
+    return observe_cell(cell, cpu._process(), _setup(cell, forward), lambda stage: None, cell.tolerance)
 
 
 @pytest.mark.parametrize(
