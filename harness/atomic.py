@@ -14,6 +14,8 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from harness.errors import InputError
+
 # Reports are shared artifacts; mkstemp's private 0600 would hide them from other users.
 _REPORT_MODE = 0o644
 
@@ -42,3 +44,13 @@ def write_all_atomic(out_dir: Path, files: Mapping[str, bytes]) -> dict[str, Pat
         write_atomic(path, data)
         written[name] = path
     return written
+
+
+def write_outputs(files: Mapping[Path, bytes]) -> None:
+    """Write files a user named on the command line; a path we cannot write is their input error."""
+    for path, data in files.items():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, data)
+        except OSError as exc:
+            raise InputError(path, "", f"cannot write: {exc.strerror or exc}") from None

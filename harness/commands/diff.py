@@ -18,8 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.atomic import write_atomic
-from harness.errors import InputError
+from harness.atomic import write_outputs
 from harness.reports.diff import diff_reports, load_report, render_diff_markdown
 from harness.reports.json_text import report_json
 
@@ -48,11 +47,6 @@ def run(args: argparse.Namespace) -> int:
         outputs[Path(args.md)] = markdown.encode("utf-8")
     if args.json:
         outputs[Path(args.json)] = report_json(diff.to_json(), ("changes",)).encode("utf-8")
-    for path, data in outputs.items():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data)
-        except OSError as exc:
-            raise InputError(path, "", f"cannot write: {exc.strerror or exc}") from None
+    write_outputs(outputs)
     sys.stdout.write(markdown)
     return 1 if diff.regressed else 0

@@ -19,8 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.atomic import write_atomic
-from harness.errors import InputError
+from harness.atomic import write_outputs
 from harness.reports.drift import check_drift, load_backend_table, render_drift_markdown
 from harness.reports.inputs import load_inputs
 from harness.reports.json_text import report_json
@@ -49,11 +48,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         lists = ("disagreements", "ambiguous", "undocumented")
         outputs[Path(args.json)] = report_json(report.to_json(), lists).encode("utf-8")
-    for path, data in outputs.items():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data)
-        except OSError as exc:
-            raise InputError(path, "", f"cannot write: {exc.strerror or exc}") from None
+    write_outputs(outputs)
     sys.stdout.write(markdown)
     return 1 if report.disagrees else 0
