@@ -137,3 +137,19 @@ def journal_lines(path: Path) -> list[dict[str, Any]]:
 def rewrite_lines(path: Path, lines: Iterable[object]) -> Path:
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return path
+
+# The matrix.json cell fields other tools rely on (issue 2's contract).
+CONTRACT_KEYS = {
+    "id",
+    "axes",
+    "requested_backend",
+    "observed_backends",
+    "verdict",
+    "expected",
+    "stage",
+    "message",
+    "max_abs_err",
+    "tolerance",
+    "claim",
+    "duration_s",
+}

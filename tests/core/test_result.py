@@ -12,22 +12,8 @@ from harness.observation import Claim
 from harness.result import CellResult, decide
 from harness.verdict import ClaimGap, Outcome, Stage, Verdict
 
-from .samples import OBSERVATIONS, matrix_from, ran, result
+from .samples import CONTRACT_KEYS, OBSERVATIONS, matrix_from, ran, result
 
-CONTRACT_KEYS = {
-    "id",
-    "axes",
-    "requested_backend",
-    "observed_backends",
-    "verdict",
-    "expected",
-    "stage",
-    "message",
-    "max_abs_err",
-    "tolerance",
-    "claim",
-    "duration_s",
-}
 
 
 def test_record_carries_the_contract_and_reads_back(tmp_path: Path) -> None:
