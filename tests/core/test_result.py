@@ -15,7 +15,6 @@ from harness.verdict import ClaimGap, Outcome, Stage, Verdict
 from .samples import CONTRACT_KEYS, OBSERVATIONS, matrix_from, ran, result
 
 
-
 def test_record_carries_the_contract_and_reads_back(tmp_path: Path) -> None:
     cells = expand(matrix_from(tmp_path))
     for verdict in Verdict:
