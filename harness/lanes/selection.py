@@ -19,6 +19,7 @@ caches selection helpers without the capability in their key (``process_key``).
 from __future__ import annotations
 
 import ast
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -350,16 +351,15 @@ class _Session:
         platform_choice = selection.explicit if requested else selection.auto
         rejection = selection.rejection if requested else selection.auto_rejection
 
+        # Every fact from here on shares the request, its claim and the details gathered so far.
+        seen = functools.partial(Observation, requested_backend=requested, claim=selection.claim, details=details)
         missing_loader = self.apis.missing_for_loader(loader)
         if missing_loader:
             details["draft"] = f"not built: {missing_loader}"
-            return Observation(
-                requested_backend=requested,
+            return seen(
                 platform_choice=platform_choice,
                 rejection=rejection,
                 unavailable=None if rejection else missing_loader,
-                claim=selection.claim,
-                details=details,
             )
 
         stage_log(Stage.BUILD)
@@ -369,50 +369,20 @@ class _Session:
             if rejection is not None:
                 # The loader refused the request with a configuration error, as the platform did.
                 details["draft"] = f"loader refused it too: {one_line(error, 300)}"
-                return Observation(
-                    requested_backend=requested,
-                    platform_choice=platform_choice,
-                    rejection=rejection,
-                    claim=selection.claim,
-                    details=details,
-                )
-            return Observation(
-                requested_backend=requested,
-                platform_choice=platform_choice,
-                failure=_failure(Stage.BUILD, error),
-                claim=selection.claim,
-                details=details,
-            )
+                return seen(platform_choice=platform_choice, rejection=rejection)
+            return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         except Exception as error:
             if _NO_DRIVER in str(error):
                 details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
-            return Observation(
-                requested_backend=requested,
-                platform_choice=platform_choice,
-                failure=_failure(Stage.BUILD, error),
-                claim=selection.claim,
-                details=details,
-            )
+            return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         details["draft_layers"] = [f"{name}: {backend} ({impl})" for name, backend, impl in layers]
         observed = tuple(backend for _, backend, _ in layers)
         if rejection is not None:
             # The platform refuses this request, yet the loader built a draft: it never passed
             # the request on (wrong-backend), and the verdict must not read 'unsupported'.
             details["draft"] = "built although the platform rejects the request: the loader lost it"
-            return Observation(
-                requested_backend=requested,
-                platform_refusal=rejection,
-                observed_backends=observed,
-                claim=selection.claim,
-                details=details,
-            )
-        return Observation(
-            requested_backend=requested,
-            platform_choice=platform_choice,
-            observed_backends=observed,
-            claim=selection.claim,
-            details=details,
-        )
+            return seen(platform_refusal=rejection, observed_backends=observed)
+        return seen(platform_choice=platform_choice, observed_backends=observed)
 
     def selector_config(self, cell: Cell) -> Any:
         """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
