@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from harness.errors import EXIT_BAD_INPUT, InputError
-from harness.expectations import ExpectationSet, describe_stale, expectations_for
+from harness.expectations import ExpectationSet, describe_release, describe_stale, expectations_for
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, now_iso, read_journals
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.result import CellResult, decide
 from harness.runner import CellRunner, lane_groups_cells, process_key
+from harness.vllm_release import installed_vllm
 
 JOURNAL_DIR = "journal"
 REPORT_FILES = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")
@@ -77,6 +78,8 @@ class MatrixRun:
                 "python": platform.python_version(),
                 "host_platform": platform.platform(terse=True),
                 "stale_expectations": describe_stale(self.expectations, expand(self.matrix)),
+                "expectations_release": str(self.expectations.release) if self.expectations.release else None,
+                "expectations_release_note": describe_release(self.expectations),
                 "resumed": sorted(self.resumed),
             },
             planned,
@@ -110,7 +113,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     try:
         matrix = load_matrix(path)
-        expectations = expectations_for(matrix)
+        expectations = expectations_for(matrix, installed_vllm())
     except InputError as error:
         pytest.exit(f"dflash-matrix: {error.line()}", returncode=EXIT_BAD_INPUT)
     report_dir = Path(config.getoption("report_dir") or Path("reports") / matrix.name)

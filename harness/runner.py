@@ -36,6 +36,7 @@ from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Failure, Observation, one_line
 from harness.result import CellResult, decide
 from harness.verdict import STAGES, Stage
+from harness.vllm_release import installed_vllm
 
 # Spawn, never fork: the parent may hold threads (xdist's execnet), and a forked
 # copy of a half-initialised CUDA or OpenMP runtime is its own source of crashes.
@@ -366,7 +367,7 @@ def run_matrix(
     """
     if not isinstance(matrix, Matrix):
         matrix = load_matrix(matrix)
-    expectations = expectations_for(matrix)
+    expectations = expectations_for(matrix, installed_vllm())
     cells = expand(matrix)
     if cell_ids is not None:
         wanted = set(cell_ids)

@@ -175,3 +175,21 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["report"])
     assert exit_.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_cells_judges_as_the_given_vllm_release(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    versioned = (
+        RULES
+        + '\n[[expect]]\nwhen = { backend = "FLASH_ATTN", sink = true }\nvllm = ">=0.30"\n'
+        + 'verdict = "pass"\nreason = "fixed"\n'
+    )
+    matrix = matrix_from(tmp_path, expectations=versioned)
+    assert main(["cells", str(matrix.path), "--vllm", "0.33.0", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["vllm"] == "0.33.0" and data["cells"][4]["expected"] == "pass"
+    assert main(["cells", str(matrix.path), "--vllm", "0.24.0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# basic (cpu lane): 8 cells, judged as vLLM 0.24.0"
+    assert "unsupported" in next(line for line in lines if line.startswith("FLASH_ATTN-causal-sink-bf16 "))
+    assert main(["cells", str(matrix.path), "--vllm", "newest"]) == 2
+    assert capsys.readouterr().err.strip() == "dflash-matrix: --vllm: 'newest' is not a PEP 440 version (e.g. 0.33.0)"

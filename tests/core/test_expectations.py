@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import InputError
-from harness.expectations import NO_EXPECTATIONS, describe_stale, expectations_for, load_expectations
+from harness.expectations import NO_EXPECTATIONS, describe_release, describe_stale, expectations_for, load_expectations
 from harness.matrix import expand
 from harness.result import decide
 from harness.verdict import Outcome, Verdict
@@ -112,6 +112,102 @@ def test_bad_expectations_are_one_line_naming_file_key_and_choices(tmp_path: Pat
     path = write(tmp_path, "bad-expect.toml", text)
     with pytest.raises(InputError) as caught:
         load_expectations(path, matrix)
+    line = caught.value.line()
+    assert "\n" not in line and line.startswith(f"{path}: ")
+    for fragment in fragments:
+        assert fragment in line
+
+
+# Rules per vLLM release: RULES' FLASH_ATTN sink cells were refused before 0.30 and pass from 0.30 on.
+VERSIONED = (
+    RULES.replace(
+        'reason = "CPU_ATTN serves every shape"',
+        'reason = "CPU_ATTN serves every shape"\nreleases = ["0.24.0", "0.30.0", "0.33.0"]',
+    )
+    + """
+[[expect]]
+when = { backend = "FLASH_ATTN", sink = true }
+vllm = ">=0.30"
+verdict = "pass"
+reason = "sinks reach FLASH_ATTN from 0.30 on"
+
+[[expect]]
+when = { backend = "CPU_ATTN", causal = false }
+vllm = "==0.24.*"
+verdict = "crash"
+reason = "0.24 crashed on non-causal CPU_ATTN"
+"""
+)
+
+
+def test_versioned_rules_hold_only_for_their_releases(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=VERSIONED)
+    sink = cell_named(matrix, "FLASH_ATTN-causal-sink-bf16")
+    noncausal = cell_named(matrix, "CPU_ATTN-noncausal-nosink-bf16")
+    verdicts = {
+        release: (
+            expectations_for(matrix, release).for_cell(sink).verdict,
+            expectations_for(matrix, release).for_cell(noncausal).verdict,
+        )
+        for release in ("0.24.0", "0.29.9", "0.30.0", "0.33.0", "0.34.0.dev12+g1234abc")
+    }
+    assert verdicts == {
+        "0.24.0": (Verdict.UNSUPPORTED, Verdict.CRASH),
+        "0.29.9": (Verdict.UNSUPPORTED, Verdict.MISMATCH),
+        "0.30.0": (Verdict.PASS, Verdict.MISMATCH),
+        "0.33.0": (Verdict.PASS, Verdict.MISMATCH),
+        "0.34.0.dev12+g1234abc": (Verdict.PASS, Verdict.MISMATCH),  # a dev build is judged like its release
+    }
+    # An unknown release (no vLLM installed) satisfies no range: only the unversioned rules hold.
+    assert expectations_for(matrix).for_cell(sink).verdict == Verdict.UNSUPPORTED
+
+
+def test_a_versioned_rule_is_stale_only_when_no_recorded_release_uses_it(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=VERSIONED)
+    cells = expand(matrix)
+    for release in ("0.24.0", "0.33.0", None):
+        # Judged as any release, the 0.24 rule and the >=0.30 rule each decide cells in some recorded release.
+        assert expectations_for(matrix, release).stale_rules(cells) == ()
+    never = (
+        VERSIONED + '\n[[expect]]\nwhen = { sink = true }\nvllm = ">=0.25,<0.30"\nverdict = "timeout"\nreason = "r"\n'
+    )
+    matrix = matrix_from(tmp_path, expectations=never)
+    stale = describe_stale(expectations_for(matrix, "0.33.0"), expand(matrix))
+    assert stale == ["expect.toml: expect[5] (r) matches no cell that it decides in any recorded release"]
+
+
+def test_a_run_of_an_unrecorded_release_says_so(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=VERSIONED)
+    assert describe_release(expectations_for(matrix, "0.33.0")) is None
+    assert describe_release(expectations_for(matrix, "0.31.0")) == (
+        "expect.toml records vLLM 0.24.0, 0.30.0, 0.33.0; this run's 0.31.0 is judged by the rules whose range holds it"
+    )
+    assert describe_release(expectations_for(matrix_from(tmp_path, expectations=RULES), "0.31.0")) is None
+
+
+BAD_VERSIONS = {
+    "range-not-pep440": (
+        '[[expect]]\nwhen = { sink = true }\nvllm = "from 0.25"\nverdict = "pass"\nreason = "r"\n',
+        ["expect[0].vllm", "'from 0.25' is not a PEP 440 version range", ">=0.25,<0.30"],
+    ),
+    "range-not-a-string": (
+        '[[expect]]\nwhen = { sink = true }\nvllm = 0.25\nverdict = "pass"\nreason = "r"\n',
+        ["expect[0].vllm", "0.25"],
+    ),
+    "release-not-pep440": (
+        '[expectations]\nreleases = ["0.33.0", "latest"]\n',
+        ["expectations.releases", "'latest' is not a PEP 440 version"],
+    ),
+    "releases-not-a-list": ('[expectations]\nreleases = "0.33.0"\n', ["expectations.releases", "must be a list"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VERSIONS))
+def test_bad_versions_are_one_line_naming_file_and_key(tmp_path: Path, case: str) -> None:
+    text, fragments = BAD_VERSIONS[case]
+    path = write(tmp_path, "bad-expect.toml", text)
+    with pytest.raises(InputError) as caught:
+        load_expectations(path, matrix_from(tmp_path))
     line = caught.value.line()
     assert "\n" not in line and line.startswith(f"{path}: ")
     for fragment in fragments:
