@@ -41,7 +41,8 @@ from packaging.version import InvalidVersion, Version
 
 from harness.axes import AXIS_NAMES
 from harness.errors import InputError
-from harness.matrix import Cell, Matrix, Selector, _only_keys, _read_selector, _read_toml, _tables, selector_matches
+from harness.matrix import Cell, Matrix, Selector, read_selector, selector_matches
+from harness.tomlfile import array_of_tables, only_keys, read_toml
 from harness.verdict import VERDICTS, Verdict
 
 _RULE_KEYS = ("when", "vllm", "verdict", "message", "reason")
@@ -127,21 +128,21 @@ def _verdict(path: Path, key: str, value: object) -> Verdict:
 
 def load_expectations(path: str | Path, matrix: Matrix | None = None) -> ExpectationSet:
     path = Path(path)
-    raw = _read_toml(path)
-    _only_keys(path, "", raw, ("expectations", "expect"))
+    raw = read_toml(path)
+    only_keys(path, "", raw, ("expectations", "expect"))
     head = raw.get("expectations", {})
     if not isinstance(head, dict):
         raise InputError(path, "expectations", "must be a table")
-    _only_keys(path, "expectations", head, ("default", "reason", "releases"))
+    only_keys(path, "expectations", head, ("default", "reason", "releases"))
     default = Expectation(
         verdict=_verdict(path, "expectations.default", head.get("default", "pass")),
         reason=str(head.get("reason", "default expectation")),
     )
     releases = _releases(path, head.get("releases", []))
     rules = []
-    for index, table in enumerate(_tables(path, raw, "expect")):
+    for index, table in enumerate(array_of_tables(path, raw, "expect")):
         key = f"expect[{index}]"
-        _only_keys(path, key, table, _RULE_KEYS)
+        only_keys(path, key, table, _RULE_KEYS)
         when = table.get("when")
         if not isinstance(when, dict):
             raise InputError(path, f"{key}.when", "missing table of axis = value(s)", AXIS_NAMES)
@@ -154,7 +155,7 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
         rules.append(
             Rule(
                 index=index,
-                when=_read_selector(path, f"{key}.when", when, matrix.axes if matrix else None),
+                when=read_selector(path, f"{key}.when", when, matrix.axes if matrix else None),
                 expectation=Expectation(_verdict(path, f"{key}.verdict", table.get("verdict")), reason, message, index),
                 vllm=_specifiers(path, f"{key}.vllm", table.get("vllm")),
             )

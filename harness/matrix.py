@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
 from harness.errors import InputError
+from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 LANES = ("cpu", "selection", "gpu", "fake")
 DEFAULT_TIMEOUT_S = 300.0
@@ -92,12 +92,12 @@ class Matrix:
 
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
-    raw = _read_toml(path)
-    _only_keys(path, "", raw, _TOP_KEYS)
+    raw = read_toml(path)
+    only_keys(path, "", raw, _TOP_KEYS)
     head = raw.get("matrix")
     if not isinstance(head, dict):
         raise InputError(path, "matrix", "missing [matrix] table", ("name", "lane"))
-    _only_keys(path, "matrix", head, _MATRIX_KEYS)
+    only_keys(path, "matrix", head, _MATRIX_KEYS)
     lane = head.get("lane")
     if lane not in LANES:
         raise InputError(path, "matrix.lane", f"{lane!r} is not a lane", LANES)
@@ -113,7 +113,7 @@ def load_matrix(path: str | Path) -> Matrix:
 
     axes = _read_axes(path, raw.get("axes"))
     exclusions = tuple(
-        _read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(_tables(path, raw, "exclude"))
+        read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
     )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
     options = raw.get("options", {})
@@ -167,31 +167,6 @@ def selector_matches(selector: Selector, values: Mapping[str, AxisValue]) -> boo
     return all(name in values and values[name] in accepted for name, accepted in selector)
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise InputError(path, "", "file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(path, "", f"TOML syntax error: {exc}") from None
-    except OSError as exc:
-        raise InputError(path, "", f"cannot read: {exc.strerror}") from None
-
-
-def _only_keys(path: Path, where: str, table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in table:
-        if key not in allowed:
-            raise InputError(path, f"{where}.{key}" if where else key, "unknown key", allowed)
-
-
-def _tables(path: Path, raw: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
-    tables = raw.get(key, [])
-    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
-        raise InputError(path, key, f"must be an array of tables ([[{key}]])")
-    return tables
-
-
 def _check_value(path: Path, key: str, axis_name: str, value: object) -> AxisValue:
     try:
         return AXES_BY_NAME[axis_name].check(value)
@@ -216,7 +191,7 @@ def _read_axes(path: Path, raw: object) -> tuple[tuple[str, tuple[AxisValue, ...
     return tuple(axes)
 
 
-def _read_selector(
+def read_selector(
     path: Path, key: str, raw: Mapping[str, Any], axes: tuple[tuple[str, tuple[AxisValue, ...]], ...] | None
 ) -> Selector:
     """Read ``{axis = value | [values]}``; with ``axes`` given, the axis must be in the matrix."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.verdict import Stage
+from harness.stages import Stage
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from harness.axes import CELL_ID
 from harness.expectations import Expectation
 from harness.matrix import LANES, Cell
 from harness.observation import Claim, Observation
-from harness.verdict import STAGES, VERDICTS, ClaimGap, Outcome, Stage, Verdict, claim_gap, judge, outcome
+from harness.stages import STAGES, Stage
+from harness.verdict import VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
 
 class RecordError(ValueError):

@@ -35,7 +35,7 @@ from harness.expectations import expectations_for
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Failure, Observation, one_line
 from harness.result import CellResult, decide
-from harness.verdict import STAGES, Stage
+from harness.stages import STAGES, Stage
 from harness.vllm_release import installed_vllm
 
 # Spawn, never fork: the parent may hold threads (xdist's execnet), and a forked
@@ -69,10 +69,10 @@ def thread_environment() -> dict[str, str]:
     """One OpenMP thread per cell process, unless the user set OMP_NUM_THREADS.
 
     torch sizes its pool to every core. A cell's tensors are tiny (a few hundred tokens of
-    a hidden-128 draft), so a second thread never made a cpu cell faster (best case 9.7 ms
-    with one thread, 10.1 ms with two), while every parallel region waits for a thread
-    that another process holds: with xdist workers or other jobs on the cores the median
-    forward+reference took 180 ms instead of 13 ms. Parallelism comes from workers (-n).
+    a hidden-128 draft), so a second thread never made a cpu cell faster, while every
+    parallel region waits for a thread that another process holds: with xdist workers or
+    other jobs on the cores cells became many times slower (figures: benchmarks/README.md).
+    Parallelism comes from workers (-n).
     """
     return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
 

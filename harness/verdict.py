@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from harness.observation import Claim, Observation
+from harness.observation import Claim, Observation
+
+# Stage is re-exported: a verdict names the stage it was decided at.
+from harness.stages import STAGES as STAGES
+from harness.stages import Stage
 
 
 class Verdict(StrEnum):
@@ -22,18 +24,6 @@ class Verdict(StrEnum):
 
 
 VERDICTS: tuple[str, ...] = tuple(v.value for v in Verdict)
-
-
-class Stage(StrEnum):
-    CONFIG = "config"
-    SELECT = "select"
-    BUILD = "build"
-    METADATA = "metadata"
-    FORWARD = "forward"
-    COMPARE = "compare"
-
-
-STAGES: tuple[str, ...] = tuple(s.value for s in Stage)
 
 
 class Outcome(StrEnum):

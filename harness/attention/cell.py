@@ -24,9 +24,7 @@ from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.paged import Batch, Inputs
 from harness.matrix import Cell
 from harness.observation import Observation, one_line
-from harness.verdict import Stage
-
-StageLog = Callable[[Stage], None]
+from harness.stages import Stage, StageLog
 
 # KV-cache dtypes the reference rounds K and V through: the harness's own reading of the
 # cell's kv_cache_dtype axis (vLLM's "fp8" is e4m3 on NVIDIA), never the backend's state.

@@ -9,13 +9,12 @@ is a parameter; ``PreparedLayer.run`` is the one call a graph capture would wrap
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from harness.verdict import Stage
+from harness.stages import Stage, StageLog
 
 
 @dataclass(frozen=True)
@@ -99,7 +98,7 @@ def prepare_layer(
     inputs: Inputs,
     causal: bool,
     device: torch.device,
-    stage_log: Callable[[Stage], None],
+    stage_log: StageLog,
 ) -> PreparedLayer:
     """Fill the cache with each request's context and build metadata. The caller holds
     ``set_current_vllm_config`` for the config the layer was built under."""

@@ -26,7 +26,7 @@ from harness.errors import InputError
 from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation
-from harness.verdict import Stage
+from harness.stages import Stage
 
 LANE = "cpu"
 # Axes the cpu lane can vary; any other axis in a cpu matrix is a mistake in the file.

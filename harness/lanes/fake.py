@@ -22,11 +22,12 @@ import time
 from collections.abc import Mapping
 
 from harness.axes import capability_token
+from harness.errors import InputError
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Observation
 from harness.runner import POISONED
-from harness.verdict import Stage
+from harness.stages import Stage
 
 ACTIONS = (
     "pass",
@@ -51,11 +52,11 @@ class FakeLane:
         actions = matrix.options.get("actions", {})
         unknown = sorted(set(actions.values()) - set(ACTIONS))
         if unknown:
-            raise ValueError(f"unknown fake actions {unknown}; valid: {', '.join(ACTIONS)}")
+            raise InputError(matrix.path, "options.actions", f"unknown fake actions {unknown}", ACTIONS)
         self.actions: dict[str, str] = dict(actions)
         sleep_s = matrix.options.get("sleep_s", 0.0)
         if isinstance(sleep_s, bool) or not isinstance(sleep_s, int | float) or sleep_s < 0:
-            raise ValueError(f"sleep_s = {sleep_s!r} is not a number of seconds")
+            raise InputError(matrix.path, "options.sleep_s", f"{sleep_s!r} is not a number of seconds")
         self.sleep_s = float(sleep_s)
         self.pid = os.getpid()
 

@@ -43,7 +43,7 @@ from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner import POISONED
-from harness.verdict import Stage
+from harness.stages import Stage
 
 LANE = "gpu"
 # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
-from harness.verdict import Stage
+from harness.stages import Stage
 
 # Called by a lane as it enters each stage, so that a cell whose process dies
 # (segfault, abort, device assert) can still be reported with the stage it died in.

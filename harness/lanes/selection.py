@@ -38,7 +38,7 @@ from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Failure, Observation, one_line
 from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
-from harness.verdict import Stage
+from harness.stages import Stage
 
 NAME = "selection"
 # Axes this lane varies, and the value each takes when a matrix leaves it out.
@@ -240,7 +240,7 @@ class _Session:
             )
         )
         # vLLM's loader calls gc.collect() twice per model; with the imported world frozen
-        # those passes only walk what the build allocated (about 0.8 s -> 0.05 s a draft).
+        # those passes only walk what the build allocated (benchmarks/README.md has the figures).
         gc.collect()
         gc.freeze()
 
