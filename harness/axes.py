@@ -21,6 +21,21 @@ DTYPE_TOKENS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 LOADERS = ("v1", "v2")
 CUDAGRAPH_MODES = ("eager", "graph")
+# The DFlash family: the draft's architecture and config format. dflash = DFlashDraftModel,
+# dflash2 = DFlash2DraftModel (method "dflash" in vLLM, its own V2 speculator), dspark =
+# Qwen3DSparkModel (method "dspark", its own V2 loader ``load_dspark_model``).
+METHODS = ("dflash", "dflash2", "dspark")
+# speculative_config.kv_cache_dtype; "target" = unset, the draft shares the target's cache dtype.
+DRAFT_KV_CACHE_DTYPES = ("target", "auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+# The draft's layer layout. uniform: no ``layer_types``, every layer as dflash_config says;
+# mixed: ``layer_types`` alternating sliding/full with dflash_config.causal written (it overrides
+# every layer); mixed_native: the same layers without dflash_config.causal, so each layer's
+# causality comes from its type (vLLM: sliding layers causal, full layers non-causal).
+LAYER_LAYOUTS = ("uniform", "mixed", "mixed_native")
+# short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
+CONTEXTS = ("short", "long")
+# The target's attention backend per kind, for target_attention = "kind:NAME".
+TARGET_KIND_PREFIX = "kind:"
 
 
 class AxisValueError(ValueError):
@@ -38,6 +53,9 @@ class Axis:
     check: Callable[[object], AxisValue]
     token: Callable[[AxisValue], str | None]
     choices: tuple[str, ...] = ()
+    # The value a cell has when the matrix does not vary this axis; it adds no id token,
+    # so an axis covered later leaves the ids of the cells at its default unchanged.
+    default: AxisValue | None = None
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[object], AxisValue]:
@@ -69,6 +87,31 @@ def _window(value: object) -> AxisValue:
     return value
 
 
+def _head_size(value: object) -> AxisValue:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value % 8:
+        raise AxisValueError(f"{value!r} is not a head size", ("a positive multiple of 8 such as 64, 128, 256",))
+    return value
+
+
+def _target_attention(value: object) -> AxisValue:
+    """auto, a backend name (the target's --attention-backend), or kind:NAME (the target's
+    attention_config.backend_per_kind mapping every kind a draft layer can have to NAME)."""
+    if isinstance(value, str):
+        name = value.removeprefix(TARGET_KIND_PREFIX)
+        if value == AUTO_BACKEND or _BACKEND_NAME.match(name):
+            return value
+    raise AxisValueError(f"{value!r} is not a target attention setting", ("auto", "FLASH_ATTN", "kind:FLASHINFER"))
+
+
+def _target_token(value: AxisValue) -> str | None:
+    text = str(value)
+    if text == AUTO_BACKEND:
+        return None
+    if text.startswith(TARGET_KIND_PREFIX):
+        return f"tgtkind.{text.removeprefix(TARGET_KIND_PREFIX)}"
+    return f"tgt.{text}"
+
+
 def _capability(value: object) -> AxisValue:
     if isinstance(value, str) and _CAPABILITY.match(value):
         return value
@@ -83,9 +126,32 @@ def capability_token(value: AxisValue) -> str:
 AXES: tuple[Axis, ...] = (
     Axis("capability", "simulated or real GPU compute capability", _capability, capability_token),
     Axis("backend", "requested attention backend, or auto", _backend, lambda v: str(v)),
+    Axis(
+        "method",
+        "the draft's architecture and config format: dflash, dflash2 or dspark",
+        _one_of(METHODS),
+        lambda v: None if v == "dflash" else str(v),
+        METHODS,
+        default="dflash",
+    ),
     Axis("causal", "draft attention is causal", _boolean, lambda v: "causal" if v else "noncausal"),
     Axis("sink", "draft layers carry attention-sink logits", _boolean, lambda v: "sink" if v else "nosink"),
-    Axis("sliding_window", "draft sliding window (0 = none)", _window, lambda v: f"swa{v}" if v else None),
+    Axis("sliding_window", "draft sliding window (0 = none)", _window, lambda v: f"swa{v}" if v else None, default=0),
+    Axis(
+        "layers",
+        "draft layer layout: uniform, mixed sliding/full, or mixed with per-layer causality",
+        _one_of(LAYER_LAYOUTS),
+        lambda v: None if v == "uniform" else str(v).replace("_", ""),
+        LAYER_LAYOUTS,
+        default="uniform",
+    ),
+    Axis(
+        "head_size",
+        "draft (and target) attention head size",
+        _head_size,
+        lambda v: None if v == 128 else f"hd{v}",
+        default=128,
+    ),
     Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),
     Axis(
         "kv_cache_dtype",
@@ -93,6 +159,22 @@ AXES: tuple[Axis, ...] = (
         _one_of(KV_CACHE_DTYPES),
         lambda v: None if v == "auto" else f"kv-{v}",
         KV_CACHE_DTYPES,
+        default="auto",
+    ),
+    Axis(
+        "draft_kv_cache_dtype",
+        "the draft's own KV-cache dtype (speculative_config.kv_cache_dtype); target = unset",
+        _one_of(DRAFT_KV_CACHE_DTYPES),
+        lambda v: None if v == "target" else f"dkv-{v}",
+        DRAFT_KV_CACHE_DTYPES,
+        default="target",
+    ),
+    Axis(
+        "target_attention",
+        "the target's attention backend: auto, a backend name, or kind:NAME (backend_per_kind)",
+        _target_attention,
+        _target_token,
+        default=AUTO_BACKEND,
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
     Axis(
@@ -101,6 +183,15 @@ AXES: tuple[Axis, ...] = (
         _one_of(CUDAGRAPH_MODES),
         lambda v: None if v == "eager" else "graph",
         CUDAGRAPH_MODES,
+        default="eager",
+    ),
+    Axis(
+        "context",
+        "context lengths: short (the lane's own), or long enough for split-KV kernel paths",
+        _one_of(CONTEXTS),
+        lambda v: None if v == "short" else "long",
+        CONTEXTS,
+        default="short",
     ),
     Axis(
         "flashinfer_cubin",

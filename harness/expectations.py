@@ -155,7 +155,7 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
         rules.append(
             Rule(
                 index=index,
-                when=read_selector(path, f"{key}.when", when, matrix.axes if matrix else None),
+                when=read_selector(path, f"{key}.when", when, matrix.all_axes if matrix else None),
                 expectation=Expectation(_verdict(path, f"{key}.verdict", table.get("verdict")), reason, message, index),
                 vllm=_specifiers(path, f"{key}.vllm", table.get("vllm")),
             )

@@ -14,6 +14,9 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     causal = [true, false]
     sink = [true, false]
 
+    [cover]             # optional: axes covered pairwise rather than in full (harness/covering.py)
+    method = ["dflash", "dflash2", "dspark"]
+
     [[exclude]]
     backend = "auto"
     sink = [true]
@@ -28,20 +31,20 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
+from harness.covering import Covering, cover
 from harness.errors import InputError
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 LANES = ("cpu", "selection", "gpu", "fake")
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "exclude", "tolerance", "options")
+_TOP_KEYS = ("matrix", "axes", "cover", "exclude", "tolerance", "options")
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,8 @@ class Matrix:
     lane: str
     axes: tuple[tuple[str, tuple[AxisValue, ...]], ...]
     exclusions: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
+    # Axes covered pairwise on top of the full product of ``axes`` (see harness/covering.py).
+    cover: tuple[tuple[str, tuple[AxisValue, ...]], ...] = ()
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -88,6 +93,11 @@ class Matrix:
 
     def tolerance_for(self, dtype: AxisValue | None) -> float | None:
         return dict(self.tolerances).get(str(dtype)) if dtype is not None else None
+
+    @property
+    def all_axes(self) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
+        """Product and covered axes: every axis a cell of this matrix has a value for."""
+        return self.axes + self.cover
 
 
 def load_matrix(path: str | Path) -> Matrix:
@@ -112,8 +122,10 @@ def load_matrix(path: str | Path) -> Matrix:
         raise InputError(path, "matrix.expectations", "must be a path relative to the matrix file")
 
     axes = _read_axes(path, raw.get("axes"))
+    covered = _read_cover(path, raw.get("cover", {}), axes)
     exclusions = tuple(
-        read_selector(path, f"exclude[{i}]", rule, axes) for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
+        read_selector(path, f"exclude[{i}]", rule, axes + covered)
+        for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
     )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
     options = raw.get("options", {})
@@ -125,6 +137,7 @@ def load_matrix(path: str | Path) -> Matrix:
         lane=lane,
         axes=axes,
         exclusions=exclusions,
+        cover=covered,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
@@ -135,14 +148,21 @@ def load_matrix(path: str | Path) -> Matrix:
     return matrix
 
 
+def covering(matrix: Matrix) -> Covering:
+    """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
+    defaults = {name: AXES_BY_NAME[name].default for name, _ in matrix.cover}
+    return cover(
+        matrix.axes,
+        matrix.cover,
+        {name: value for name, value in defaults.items() if value is not None},
+        lambda partial: any(selector_matches(rule, partial) for rule in matrix.exclusions),
+    )
+
+
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
-    names = [name for name, _ in matrix.axes]
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    for combo in itertools.product(*(values for _, values in matrix.axes)):
-        values = dict(zip(names, combo, strict=True))
-        if any(selector_matches(rule, values) for rule in matrix.exclusions):
-            continue
+    for values in covering(matrix).rows:
         ident = cell_id(values)
         if ident in seen:
             raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
@@ -189,6 +209,35 @@ def _read_axes(path: Path, raw: object) -> tuple[tuple[str, tuple[AxisValue, ...
         checked = tuple(_check_value(path, f"axes.{name}", name, v) for v in values)
         axes.append((name, checked))
     return tuple(axes)
+
+
+def _read_cover(
+    path: Path, raw: object, axes: tuple[tuple[str, tuple[AxisValue, ...]], ...]
+) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
+    """[cover] axes: each must have a default (the value the product's cells carry, which adds
+    no id token) and list it, so the product's cell ids are those of a matrix without [cover]."""
+    if not isinstance(raw, dict):
+        raise InputError(path, "cover", "must be a table of axis = [values]")
+    coverable = tuple(axis.name for axis in AXES_BY_NAME.values() if axis.default is not None)
+    product = dict(axes)
+    covered = []
+    for name, values in raw.items():
+        if name in product:
+            raise InputError(path, f"cover.{name}", "already an axis of the full product under [axes]")
+        if name not in coverable:
+            raise InputError(path, f"cover.{name}", "cannot be covered (no default value)", coverable)
+        if not isinstance(values, list) or not values:
+            raise InputError(path, f"cover.{name}", "a covered axis needs a non-empty list of values")
+        checked = tuple(_check_value(path, f"cover.{name}", name, v) for v in values)
+        if len(set(checked)) != len(checked):
+            raise InputError(path, f"cover.{name}", "lists a value twice")
+        default = AXES_BY_NAME[name].default
+        if default not in checked:
+            raise InputError(
+                path, f"cover.{name}", f"must list its default {default!r}, which the product's cells carry"
+            )
+        covered.append((name, checked))
+    return tuple(covered)
 
 
 def read_selector(

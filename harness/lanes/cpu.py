@@ -51,7 +51,7 @@ class CpuOptions:
 
 
 def _read_options(matrix: Matrix) -> CpuOptions:
-    for name, _ in matrix.axes:
+    for name, _ in matrix.all_axes:
         if name not in AXES:
             raise InputError(matrix.path, f"axes.{name}", "the cpu lane cannot vary this axis", AXES)
     for key in matrix.options:

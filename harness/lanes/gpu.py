@@ -74,7 +74,7 @@ class GpuOptions:
 
 
 def _read_options(matrix: Matrix) -> GpuOptions:
-    for name, _ in matrix.axes:
+    for name, _ in matrix.all_axes:
         if name not in AXES:
             raise InputError(matrix.path, f"axes.{name}", "the gpu lane cannot vary this axis", AXES)
     options = matrix.options

@@ -98,7 +98,7 @@ def read_options(matrix: Matrix) -> Options:
 
 
 def check_axes(matrix: Matrix) -> None:
-    axes = dict(matrix.axes)
+    axes = dict(matrix.all_axes)
     for name in REQUIRED_AXES:
         if name not in axes:
             raise InputError(matrix.path, f"axes.{name}", "the selection lane needs this axis", REQUIRED_AXES)

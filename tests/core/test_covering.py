@@ -1,0 +1,148 @@
+"""The covering design: full product on the product axes, every pair with a covered axis in some
+row, deterministic, exclusions honoured and reported, product ids untouched."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from harness.axes import AxisValue
+from harness.covering import Factors, cover, pairs_present
+from harness.errors import InputError
+from harness.matrix import Matrix, Selector, covering, expand, load_matrix, selector_matches
+
+from .samples import BASIC_MATRIX, matrix_from, write
+
+COVERED = """
+[cover]
+method = ["dflash", "dflash2", "dspark"]
+head_size = [128, 64, 256]
+layers = ["uniform", "mixed", "mixed_native"]
+context = ["short", "long"]
+draft_kv_cache_dtype = ["target", "fp8"]
+"""
+
+BIG_PRODUCT = """
+[matrix]
+name = "big"
+lane = "selection"
+
+[axes]
+capability = ["8.0", "9.0", "10.0", "12.0"]
+backend = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "auto"]
+causal = [true, false]
+sink = [true, false]
+loader = ["v2", "v1"]
+"""
+
+
+def _feasible_pairs(
+    matrix_axes: Factors, exclusions: tuple[Selector, ...]
+) -> set[tuple[tuple[str, AxisValue], tuple[str, AxisValue]]]:
+    """Every (axis, value) pair of two axes that some full row not excluded contains (brute force)."""
+    names = [name for name, _ in matrix_axes]
+    found: set[tuple[tuple[str, AxisValue], tuple[str, AxisValue]]] = set()
+    for combo in itertools.product(*(values for _, values in matrix_axes)):
+        row = dict(zip(names, combo, strict=True))
+        if any(selector_matches(rule, row) for rule in exclusions):
+            continue
+        for a, b in itertools.combinations(names, 2):
+            found.add(((a, row[a]), (b, row[b])))
+    return found
+
+
+def _check_all_pairs(matrix: Matrix) -> None:
+    rows = [cell.values for cell in expand(matrix)]
+    covered_names = {name for name, _ in matrix.cover}
+    feasible = _feasible_pairs(matrix.all_axes, matrix.exclusions)
+    names = [name for name, _ in matrix.all_axes]
+    for a, b in itertools.combinations(names, 2):
+        if a not in covered_names and b not in covered_names:
+            continue
+        present = pairs_present(rows, a, b)
+        wanted = {(va, vb) for (na, va), (nb, vb) in feasible if (na, nb) == (a, b)}
+        assert wanted <= present, f"{a} x {b}: missing {sorted(wanted - present, key=str)}"
+
+
+def test_every_pair_with_a_covered_axis_appears(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, BIG_PRODUCT + COVERED)
+    _check_all_pairs(matrix)
+
+
+def test_the_product_is_kept_whole_and_its_ids_do_not_change(tmp_path: Path) -> None:
+    plain = expand(matrix_from(tmp_path, BIG_PRODUCT))
+    covered = expand(matrix_from(tmp_path, BIG_PRODUCT + COVERED))
+    assert [c.id for c in covered[: len(plain)]] == [c.id for c in plain]
+    # The product's cells carry every covered axis at its default.
+    assert all(c.values["method"] == "dflash" and c.values["head_size"] == 128 for c in covered[: len(plain)])
+    # Pairwise, not a product: the five covered axes (3*3*3*2*2 = 108x) add a few dozen rows.
+    assert len(plain) < len(covered) < len(plain) + 100
+
+
+def test_expansion_is_deterministic(tmp_path: Path) -> None:
+    first = [(c.id, c.values) for c in expand(matrix_from(tmp_path, BIG_PRODUCT + COVERED))]
+    again = [(c.id, c.values) for c in expand(matrix_from(tmp_path, BIG_PRODUCT + COVERED))]
+    assert first == again
+
+
+def test_exclusions_remove_rows_and_report_pairs_no_row_can_hold(tmp_path: Path) -> None:
+    # dspark has no Model Runner V1 proposer; mixed layouts need a window that sink-less ...
+    text = (
+        BIG_PRODUCT
+        + COVERED
+        + """
+[[exclude]]
+method = "dspark"
+loader = "v1"
+
+[[exclude]]
+layers = ["mixed", "mixed_native"]
+causal = false
+sink = false
+"""
+    )
+    matrix = matrix_from(tmp_path, text)
+    cells = expand(matrix)
+    assert not [c for c in cells if c.values["method"] == "dspark" and c.values["loader"] == "v1"]
+    assert not [c for c in cells if c.values["layers"] != "uniform" and not c.values["causal"] and not c.values["sink"]]
+    assert (("loader", "v1"), ("method", "dspark")) in covering(matrix).excluded_pairs
+    _check_all_pairs(matrix)
+
+
+def test_a_pair_that_only_a_dead_end_reaches_is_reported_not_looped_on() -> None:
+    # Every value of c is excluded next to a=1: the pair (a=1, b=x) has no completion.
+    result = cover(
+        (("a", (0, 1)),),
+        (("b", ("x", "y")), ("c", ("p", "q"))),
+        {"b": "x", "c": "p"},
+        lambda row: row.get("a") == 1 and "c" in row,
+    )
+    assert all(row["a"] == 0 for row in result.rows)
+    assert (("a", 1), ("b", "x")) in result.excluded_pairs
+
+
+def test_a_matrix_without_cover_expands_as_before(tmp_path: Path) -> None:
+    ids = [c.id for c in expand(matrix_from(tmp_path))]
+    assert ids[:2] == ["CPU_ATTN-causal-sink-bf16", "CPU_ATTN-causal-nosink-bf16"] and len(ids) == 8
+
+
+@pytest.mark.parametrize(
+    ("cover_text", "fragment"),
+    [
+        ('[cover]\nbackend = ["auto"]', "cover.backend: already an axis of the full product"),
+        ('[cover]\ncapability = ["9.0"]', "cover.capability: cannot be covered (no default value)"),
+        ('[cover]\nmethod = ["dflash2", "dspark"]', "cover.method: must list its default 'dflash'"),
+        ('[cover]\nmethod = ["dflash", "eagle"]', "cover.method: 'eagle' is not allowed"),
+        ("[cover]\nhead_size = [128, 100]", "cover.head_size: 100 is not a head size"),
+        ('[cover]\nlayers = ["uniform", "uniform"]', "cover.layers: lists a value twice"),
+        ("[cover]\nmethod = []", "cover.method: a covered axis needs a non-empty list"),
+        ('[cover]\nmethod = ["dflash"]\n[[exclude]]\nhead_size = 64', "exclude[0].head_size: names an axis"),
+    ],
+)
+def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, fragment: str) -> None:
+    path = write(tmp_path, "m.toml", BASIC_MATRIX + cover_text)
+    with pytest.raises(InputError) as raised:
+        load_matrix(path)
+    assert fragment in raised.value.line() and "\n" not in raised.value.line()
