@@ -49,6 +49,8 @@ AXIS_DEFAULTS: Mapping[str, AxisValue] = {
     "kv_cache_dtype": "auto",
 }
 REQUIRED_AXES = ("capability", "backend", "causal", "sink")
+# Every axis the lane can vary; any other (a family axis it does not build yet) is a file error.
+LANE_AXES = (*REQUIRED_AXES, "sliding_window", *AXIS_DEFAULTS, "cudagraph")
 # Values of axes the lane cannot express: it builds no runnable engine and no windowed draft.
 UNSUPPORTED_VALUES: Mapping[str, tuple[object, ...]] = {"cudagraph": ("graph",)}
 _OPTION_KEYS = ("head_dim", "target_backend")
@@ -99,6 +101,9 @@ def read_options(matrix: Matrix) -> Options:
 
 def check_axes(matrix: Matrix) -> None:
     axes = dict(matrix.all_axes)
+    for name in axes:
+        if name not in LANE_AXES:
+            raise InputError(matrix.path, f"axes.{name}", "the selection lane cannot vary this axis", LANE_AXES)
     for name in REQUIRED_AXES:
         if name not in axes:
             raise InputError(matrix.path, f"axes.{name}", "the selection lane needs this axis", REQUIRED_AXES)
