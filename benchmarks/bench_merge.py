@@ -16,7 +16,6 @@ fails on a busy machine.
 from __future__ import annotations
 
 import argparse
-import io
 import itertools
 import os
 import random
@@ -30,14 +29,14 @@ from typing import Any
 
 from harness.axes import cell_id
 from harness.observation import Claim
-from harness.reports.device_grid import build_grids, render_markdown
+from harness.reports.device_grid import build_grids
 from harness.reports.html import render_html
 from harness.reports.inputs import load_inputs
-from harness.reports.json_text import report_json
 from harness.reports.junit import render_junit
+from harness.reports.markdown import render_markdown
 from harness.reports.matrix_json import render_matrix_json
 from harness.reports.merge import collector_paused, merge
-from harness.reports.model import RunReport
+from harness.reports.model import Report, Row, run_from_meta
 from harness.result import CellResult
 from harness.verdict import Verdict, claim_gap
 
@@ -119,9 +118,8 @@ def write_shards(root: Path, total: int, seed: int = 46770) -> list[Path]:
     for device, version in itertools.product(DEVICES, VERSIONS):
         shard = root / f"{device.split()[-1]}-{version}"
         shard.mkdir(parents=True)
-        report = RunReport(
-            lane="gpu",
-            run={
+        run = run_from_meta(
+            {
                 "lane": "gpu",
                 "platform": "cuda",
                 "device": device,
@@ -129,12 +127,10 @@ def write_shards(root: Path, total: int, seed: int = 46770) -> list[Path]:
                 "torch_version": "2.14.0",
                 "started_at": "2026-12-02T01:00:00+00:00",
                 "ended_at": "2026-12-02T02:00:00+00:00",
-            },
-            cells=tuple(_cells(rng, per_shard)),
-            not_run=(),
-            stale_expectations=(),
-            finished=True,
+            }
         )
+        rows = tuple(Row(run.key, cell) for cell in _cells(rng, per_shard))
+        report = Report(runs=(run,), rows=rows, not_run=(), stale={}, unfinished=frozenset())
         (shard / "junit.xml").write_bytes(render_junit(report))
         (shard / "matrix.json").write_bytes(render_matrix_json(report))
         shards.append(shard)
@@ -153,15 +149,15 @@ def _measure(shards: list[Path]) -> dict[str, float | int]:
     inputs = load_inputs(shards)
     timings["load"] = time.perf_counter() - start
     mark = time.perf_counter()
-    report, junit = merge(inputs)
+    report = merge(inputs)
     timings["merge"] = time.perf_counter() - mark
     mark = time.perf_counter()
-    grids = build_grids(report)  # shared by the Markdown and HTML views, as in render_merged
+    grids = build_grids(report)  # shared by the Markdown and HTML views, as in render_reports
     timings["grid"] = time.perf_counter() - mark
     outputs: dict[str, bytes] = {}
     for name, render in (
-        ("junit.xml", lambda: _junit_bytes(junit)),
-        ("matrix.json", lambda: _json_bytes(report)),
+        ("junit.xml", lambda: render_junit(report)),
+        ("matrix.json", lambda: render_matrix_json(report)),
         ("matrix.md", lambda: render_markdown(report, grids).encode()),
         ("matrix.html", lambda: render_html(report, grids).encode()),
     ):
@@ -171,20 +167,10 @@ def _measure(shards: list[Path]) -> dict[str, float | int]:
     timings["total"] = time.perf_counter() - start
     timings["cpu"] = time.process_time() - cpu
     timings["cells"] = len(report.rows)
-    timings["testcases"] = junit.tests
+    timings["testcases"] = outputs["junit.xml"].count(b"<testcase ")
     for name, data in outputs.items():
         timings[f"{name} bytes"] = len(data)
     return timings
-
-
-def _junit_bytes(junit: Any) -> bytes:
-    buffer = io.BytesIO()
-    junit.write(buffer)
-    return buffer.getvalue()
-
-
-def _json_bytes(report: Any) -> bytes:
-    return report_json(report.to_json()).encode()
 
 
 def main() -> int:

@@ -35,17 +35,23 @@ class Outcome(StrEnum):
     CHANGED = "changed"  # different, neither better nor worse (e.g. unsupported <-> unavailable)
 
 
-# Lower is better. Verdicts of equal rank are different but not ordered.
-_RANK = {
-    Verdict.PASS: 0,
-    Verdict.SUBSTITUTED: 1,
-    Verdict.UNSUPPORTED: 2,
-    Verdict.UNAVAILABLE: 2,
-    Verdict.WRONG_BACKEND: 3,
-    Verdict.MISMATCH: 3,
-    Verdict.TIMEOUT: 4,
-    Verdict.CRASH: 4,
-}
+# Best to worst, in tiers: a verdict in a later tier is worse (a regression), two verdicts of one tier
+# differ without either being worse (`changed`). Defined once: the outcome of a cell, the order every
+# report lists verdicts in, and which copy of a cell a merge keeps all derive from it.
+_TIERS: tuple[tuple[Verdict, ...], ...] = (
+    (Verdict.PASS,),
+    (Verdict.SUBSTITUTED,),
+    (Verdict.UNAVAILABLE, Verdict.UNSUPPORTED),
+    (Verdict.WRONG_BACKEND, Verdict.MISMATCH),
+    (Verdict.TIMEOUT, Verdict.CRASH),
+)
+_RANK = {verdict: tier for tier, members in enumerate(_TIERS) for verdict in members}
+VERDICT_ORDER: tuple[Verdict, ...] = tuple(verdict for members in _TIERS for verdict in members)
+
+
+def severity(verdict: Verdict) -> int:
+    """Position in VERDICT_ORDER: higher is worse, and no two verdicts tie."""
+    return VERDICT_ORDER.index(verdict)
 
 
 def outcome(observed: Verdict, expected: Verdict) -> Outcome:

@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     table = load_backend_table(args.table)
-    runs, rows, _, _ = merge_results(load_inputs(args.reports).results)
+    runs, rows, _ = merge_results(load_inputs(args.reports).results)
     report = check_drift(table, rows, {run.key: dict(run.meta) for run in runs})
     markdown = render_drift_markdown(report)
     outputs = {}

@@ -5,7 +5,8 @@ or two vLLM versions stays two rows. Within one run, a cell reported twice with 
 same verdict counts once; with different verdicts the worse one is kept and the
 conflict is listed (matrix.json "conflicts", matrix.md, matrix.html) and warned about.
 
-Writes junit.xml, matrix.json (a "runs" list, cells tagged with their run key),
+Writes junit.xml (one testsuite per run, named after its lane, device and vLLM version; with
+--junit-per-run also one junit-<suite>.xml per run), matrix.json (a "runs" list, cells tagged with their run key),
 matrix.md (one grid per lane: backend x (causal, sink, window) rows, device / vLLM
 columns) and matrix.html (self-contained, filterable). Appends matrix.md to
 $GITHUB_STEP_SUMMARY when that is set.
@@ -19,8 +20,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.reports.build import render_reports, write_files
 from harness.reports.inputs import load_inputs
-from harness.reports.merge import collector_paused, merge, render_merged, write_merged
+from harness.reports.merge import collector_paused, merge
 from harness.reports.step_summary import append_step_summary
 
 
@@ -31,18 +33,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, metavar="DIR", help="directory for junit.xml, matrix.json, matrix.md, matrix.html"
     )
+    parser.add_argument(
+        "--junit-per-run",
+        action="store_true",
+        help="also write junit-<suite name>.xml per run (for publishers that annotate by file)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     with collector_paused():
-        report, junit = merge(load_inputs(args.inputs))
-        files = render_merged(report, junit)
-    written = write_merged(files, Path(args.out))
+        report = merge(load_inputs(args.inputs))
+        files = render_reports(report, junit_per_run=args.junit_per_run)
+    written = write_files(files, Path(args.out))
     append_step_summary(files["matrix.md"].decode("utf-8"))
     summary = report.summary()
     print(
         f"{summary['cells']} cells from {summary['runs']} runs ({len(report.sources)} inputs): "
-        f"{summary['match']} as expected, {summary['mismatching']} not, {summary['not_run']} not run"
+        f"{summary['match']} as expected, {summary['mismatching']} not, {summary['not_run']} not run, "
+        f"{summary['incomplete_runs']} incomplete runs"
     )
     for path in written.values():
         print(f"wrote {path}")

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.reports.device_grid import md_text
-from harness.reports.inputs import Run, RunResults, read_matrix_json
+from harness.reports.inputs import read_matrix_json
+from harness.reports.markdown import md
+from harness.reports.model import Run, RunResults
 from harness.result import CellResult
 from harness.verdict import Outcome, outcome
 
@@ -253,7 +254,7 @@ def render_diff_markdown(diff: MatrixDiff) -> str:
     lines = [
         "# DFlash matrix diff",
         "",
-        f"{md_text(diff.baseline)} → {md_text(diff.current)}: {verdict}. "
+        f"{md(diff.baseline)} → {md(diff.current)}: {verdict}. "
         + ", ".join(f"{counts[kind.value]} {kind.value}" for kind in Change if counts[kind.value])
         + (", " if any(counts[kind.value] for kind in Change) else "")
         + f"{diff.unchanged} unchanged, {diff.still_failing} still not as expected.",
@@ -262,8 +263,8 @@ def render_diff_markdown(diff: MatrixDiff) -> str:
         "|---|---|",
     ]
     lines += [
-        f"| {md_text(pair.baseline.key) if pair.baseline else '(none)'} "
-        f"| {md_text(pair.current.key) if pair.current else '(none)'} |"
+        f"| {md(pair.baseline.key) if pair.baseline else '(none)'} "
+        f"| {md(pair.current.key) if pair.current else '(none)'} |"
         for pair in diff.pairs
     ]
     for kind, title in _SECTIONS:
@@ -274,9 +275,9 @@ def render_diff_markdown(diff: MatrixDiff) -> str:
         lines += ["| run | cell | before | now | message now |", "|---|---|---|---|---|"]
         for change in items[:MAX_LISTED]:
             lines.append(
-                f"| {md_text(change.run)} | {md_text(change.cell_id)} | {_md_state(change.before)} "
+                f"| {md(change.run)} | {md(change.cell_id)} | {_md_state(change.before)} "
                 f"| {_md_state(change.after) if kind != Change.NOT_RUN else 'not run'} "
-                f"| {md_text(change.after.message) if change.after else ''} |"
+                f"| {md(change.after.message) if change.after else ''} |"
             )
         if len(items) > MAX_LISTED:
             lines.append(f"\n… and {len(items) - MAX_LISTED} more in the JSON diff")

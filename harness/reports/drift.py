@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import InputError
-from harness.reports.device_grid import md_text
-from harness.reports.merge import Row
+from harness.reports.markdown import md
+from harness.reports.model import Row
 from harness.verdict import Stage, Verdict
 
 DRIFT_SCHEMA = "dflash-matrix-drift/1"
@@ -346,7 +346,7 @@ def render_drift_markdown(report: DriftReport) -> str:
     lines = [
         "# Docs drift: vLLM's backend table vs observed",
         "",
-        f"Table: {md_text(report.table)}. "
+        f"Table: {md(report.table)}. "
         f"{len(disagreements)} disagreements, {len(report.of_kind('ambiguous'))} cells where the table is ambiguous, "
         f"{len(report.of_kind('undocumented'))} cells of backends the table lacks, "
         f"{len(report.of_kind('agreement'))} agreeing.",
@@ -370,9 +370,9 @@ def render_drift_markdown(report: DriftReport) -> str:
         ]
         for f in items[:200]:
             lines.append(
-                f"| {md_text(f.backend)} | {md_text(f.capability or 'any')} | {f.feature.value} "
-                f"| {md_text('; '.join(f.documented) or 'no row')} | {f.observed.value} | {md_text(f.run)} "
-                f"| {md_text(f.cell_id)} | {md_text(f.message)} |"
+                f"| {md(f.backend)} | {md(f.capability or 'any')} | {f.feature.value} "
+                f"| {md('; '.join(f.documented) or 'no row')} | {f.observed.value} | {md(f.run)} "
+                f"| {md(f.cell_id)} | {md(f.message)} |"
             )
         if len(items) > 200:
             lines.append(f"\n… and {len(items) - 200} more in the JSON")

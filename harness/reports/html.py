@@ -18,19 +18,10 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from harness.reports.device_grid import (
-    CLAIM_GAP,
-    CONFLICT,
-    MISSED,
-    SYMBOLS,
-    VERDICT_ORDER,
-    Entry,
-    Grid,
-    build_grids,
-    row_label,
-)
-from harness.reports.merge import MergedReport
-from harness.verdict import Outcome
+from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
+from harness.reports.matrix_json import conflict_json, junit_conflict_json
+from harness.reports.model import Report
+from harness.verdict import VERDICT_ORDER, Outcome, severity
 
 # Columns of each cell's array in the embedded data, in order.
 CELL_FIELDS = (
@@ -65,7 +56,7 @@ def _environment() -> Environment:
     return env
 
 
-def cell_data(report: MergedReport) -> dict[str, Any]:
+def cell_data(report: Report) -> dict[str, Any]:
     # Interning table: the same message, run or verdict across 100k cells is stored once.
     # setdefault inline (not a helper call per field) keeps this cheap; verdicts and the
     # like go in as their StrEnum members, which hash and serialise as their text.
@@ -74,7 +65,7 @@ def cell_data(report: MergedReport) -> dict[str, Any]:
     rows = []
     # What needs a person's attention first: missed expectations, then the worst verdicts.
     ordered = sorted(
-        report.rows, key=lambda r: (r.cell.outcome == Outcome.MATCH, -VERDICT_ORDER.index(r.cell.verdict))
+        report.rows, key=lambda r: (r.cell.outcome == Outcome.MATCH, -severity(r.cell.verdict))
     )
     for row in ordered:
         cell = row.cell
@@ -139,7 +130,7 @@ def _entry_view(entry: Entry) -> dict[str, Any]:
     }
 
 
-def render_html(report: MergedReport, grids: Sequence[Grid] | None = None, generated: str | None = None) -> str:
+def render_html(report: Report, grids: Sequence[Grid] | None = None, generated: str | None = None) -> str:
     views = []
     for grid in build_grids(report) if grids is None else grids:
         rows = []
@@ -165,8 +156,10 @@ def render_html(report: MergedReport, grids: Sequence[Grid] | None = None, gener
     runs = [
         {
             "run": run,
+            "state": report.state(run.key),
+            "incomplete": report.incomplete(run.key),
             "cells": (
-                f"JUnit only: {report.junit_only[run.key]} testcases" if run.key in report.junit_only
+                f"JUnit only: {len(report.junit_only[run.key].cases)} testcases" if run.key in report.junit_only
                 else counts.get(run.key, 0)
             ),
             "extra": {
@@ -194,11 +187,12 @@ def render_html(report: MergedReport, grids: Sequence[Grid] | None = None, gener
         backends=sorted({row.cell.requested_backend or "auto" for row in report.rows}),
         devices=sorted({run.device for run in report.runs}),
         versions=sorted({run.vllm_version for run in report.runs}),
-        conflicts=[c.to_json() for c in report.conflicts][:MAX_SECTION_ITEMS],
-        junit_conflicts=[c.to_json() for c in report.junit_conflicts][:MAX_SECTION_ITEMS],
+        conflicts=[conflict_json(c) for c in report.conflicts][:MAX_SECTION_ITEMS],
+        junit_conflicts=[junit_conflict_json(c) for c in report.junit_conflicts][:MAX_SECTION_ITEMS],
         conflict_total=len(report.conflicts) + len(report.junit_conflicts),
         not_run=report.not_run[:MAX_SECTION_ITEMS],
         not_run_total=len(report.not_run),
         stale=[str(item) for item in report.stale_expectations][:MAX_SECTION_ITEMS],
         data=cell_data(report),
+        incomplete=[item for item in runs if item["incomplete"]],
     )

@@ -8,10 +8,11 @@ names the file and what is wrong.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from xml.etree.ElementTree import ParseError
@@ -22,67 +23,8 @@ from junitparser import JUnitXml, JUnitXmlError
 
 from harness.errors import InputError
 from harness.journal import JOURNAL_SUFFIX, read_journals
-from harness.reports.model import run_report
+from harness.reports.model import READABLE_SCHEMAS, Run, RunResults, results_from_journal, run_from_meta
 from harness.result import CellResult, RecordError
-
-SCHEMA = "dflash-matrix/1"
-
-# The run metadata that tells two runs apart. Start/end times are left out on purpose:
-# xdist workers and resumed runs of one job start at different times but are one run.
-RUN_KEY_FIELDS = ("lane", "platform", "device", "vllm_version", "torch_version")
-_ALIASES = {"vllm_version": ("vllm",), "torch_version": ("torch",)}
-
-
-@dataclass(frozen=True)
-class Run:
-    """One lane run on one machine with one vLLM/torch build: a column family of the matrix."""
-
-    lane: str
-    platform: str
-    device: str
-    vllm_version: str
-    torch_version: str
-    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
-
-    @property
-    def key(self) -> str:
-        return " / ".join(
-            (self.lane, self.platform, self.device, f"vllm {self.vllm_version}", f"torch {self.torch_version}")
-        )
-
-    @property
-    def slot(self) -> str:
-        """The same machine and lane, whatever the versions: what a nightly diff pairs up."""
-        return " / ".join((self.lane, self.platform, self.device))
-
-    @property
-    def label(self) -> str:
-        return f"{self.device} · vLLM {self.vllm_version}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.meta, **{name: getattr(self, name) for name in RUN_KEY_FIELDS}, "key": self.key}
-
-
-def run_from_meta(meta: Mapping[str, Any]) -> Run:
-    def pick(name: str) -> str:
-        for key in (name, *_ALIASES.get(name, ())):
-            value = meta.get(key)
-            if value not in (None, ""):
-                return str(value)
-        return "unknown"
-
-    return Run(**{name: pick(name) for name in RUN_KEY_FIELDS}, meta=dict(meta))
-
-
-@dataclass(frozen=True)
-class RunResults:
-    """One run's cells as one file reported them."""
-
-    source: str
-    run: Run
-    cells: tuple[CellResult, ...]
-    not_run: tuple[str, ...] = ()
-    stale_expectations: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,8 +111,7 @@ def _check_junit(path: Path, xml: JUnitXml) -> None:
 
 def read_journal(path: Path) -> RunResults:
     # One file at a time: each journal is one writer of one run, and runs must stay apart.
-    report = run_report(read_journals([path]))
-    return RunResults(str(path), run_from_meta(report.run), report.cells, report.not_run, report.stale_expectations)
+    return dataclasses.replace(results_from_journal(read_journals([path])), source=str(path))
 
 
 def load_json(path: Path) -> Any:
@@ -189,29 +130,33 @@ def load_json(path: Path) -> Any:
 
 
 def read_matrix_json(path: Path) -> list[RunResults]:
-    """A single-run matrix.json (``run``) or a merged one (``runs``, cells tagged with ``run``)."""
+    """A matrix.json: dflash-matrix/2 (``runs``), or /1 of one run (``run``) or of a merge (``runs``)."""
     data = load_json(path)
     if not isinstance(data, dict):
         raise InputError(path, "", "not a matrix report: expected a JSON object")
-    if data.get("schema") != SCHEMA:
-        raise InputError(path, "schema", f"{data.get('schema')!r} is not a known report schema", (SCHEMA,))
+    if data.get("schema") not in READABLE_SCHEMAS:
+        raise InputError(path, "schema", f"{data.get('schema')!r} is not a known report schema", READABLE_SCHEMAS)
     cells = data.get("cells")
     if not isinstance(cells, list):
         raise InputError(path, "cells", "must be a list of cell records")
-    stale_raw = data.get("stale_expectations") or []
-    if not isinstance(stale_raw, list):
-        raise InputError(path, "stale_expectations", "must be a list")
-    stale = tuple(stale_raw)
+    stale = _list(path, data, "stale_expectations")
     if isinstance(data.get("run"), dict):
         run = run_from_meta(data["run"])
-        return [RunResults(str(path), run, _cells(path, cells), _id_list(path, data.get("not_run")), stale)]
+        finished = data["run"].get("ended_at") is not None
+        return [RunResults(str(path), run, _cells(path, cells), _id_list(path, data.get("not_run")), stale, finished)]
     if not isinstance(data.get("runs"), list):
-        raise InputError(path, "run", "missing: a report needs 'run' (one run) or 'runs' (merged)", ("run", "runs"))
+        raise InputError(path, "runs", "missing: a report needs 'runs' (or, in dflash-matrix/1, 'run')", ("runs",))
     runs: dict[str, Run] = {}
+    run_stale: dict[str, tuple[Any, ...]] = {}
+    ended: dict[str, bool] = {}
     for index, meta in enumerate(data["runs"]):
         if not isinstance(meta, dict) or not isinstance(meta.get("key"), str):
             raise InputError(path, f"runs[{index}]", "must be an object with a 'key'")
-        runs[meta["key"]] = run_from_meta({k: v for k, v in meta.items() if k != "key"})
+        described = {k: v for k, v in meta.items() if k not in _RUN_ENTRY_FIELDS}
+        runs[meta["key"]] = run_from_meta(described)
+        run_stale[meta["key"]] = _list(path, meta, "stale_expectations", f"runs[{index}].")
+        # /2 says so; a /1 merge only has the end time the run's journal gave it.
+        ended[meta["key"]] = meta["finished"] is True if "finished" in meta else meta.get("ended_at") is not None
     by_run: dict[str, list[CellResult]] = {key: [] for key in runs}
     for index, record in enumerate(cells):
         key = record.get("run") if isinstance(record, dict) else None
@@ -223,10 +168,24 @@ def read_matrix_json(path: Path) -> list[RunResults]:
         if not isinstance(item, dict) or item.get("run") not in runs or not isinstance(item.get("id"), str):
             raise InputError(path, f"not_run[{index}]", "must be an object with 'run' (a run key) and 'id'")
         missing[item["run"]].append(item["id"])
+    if stale and runs and not any(run_stale.values()):
+        # dflash-matrix/1 listed stale rules once for the whole report: keep them, on its first run.
+        run_stale[next(iter(runs))] = stale
     return [
-        RunResults(str(path), run, tuple(by_run[key]), tuple(missing[key]), stale if index == 0 else ())
-        for index, (key, run) in enumerate(runs.items())
+        RunResults(str(path), run, tuple(by_run[key]), tuple(missing[key]), run_stale[key], ended[key])
+        for key, run in runs.items()
     ]
+
+
+# What a runs[] entry of matrix.json adds to the run's own metadata (see matrix_json.py).
+_RUN_ENTRY_FIELDS = ("key", "label", "suite", "finished", "incomplete", "stale_expectations")
+
+
+def _list(path: Path, data: dict[str, Any], key: str, where: str = "") -> tuple[Any, ...]:
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise InputError(path, f"{where}{key}", "must be a list")
+    return tuple(value)
 
 
 def _cells(path: Path, records: list[Any]) -> tuple[CellResult, ...]:

@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def _finite(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """The value with every non-finite float as its text: JSON has no NaN or infinity."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {str(key): _finite(item) for key, item in value.items()}
+        return {str(key): json_safe(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [json_safe(item) for item in value]
     return value
 
 
@@ -34,7 +35,7 @@ def _dumps(value: Any, encoder: json.JSONEncoder) -> str:
     try:
         return encoder.encode(value)
     except ValueError:
-        return encoder.encode(_finite(value))
+        return encoder.encode(json_safe(value))
 
 
 def report_json(document: Mapping[str, Any], record_lists: tuple[str, ...] = ("cells",)) -> str:

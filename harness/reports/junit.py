@@ -1,37 +1,59 @@
-"""junit.xml: one testsuite per lane run, one testcase per cell, for CI dashboards.
+"""junit.xml: one testsuite per run, one testcase per cell, for CI dashboards.
 
-    <testsuite name="dflash-matrix.cpu">  properties: lane, platform, device, versions, times...
-      <testcase name="FLASH_ATTN-causal-sink-bf16" classname="cpu.FLASH_ATTN" time="1.2"/>
-      <testcase ...><failure type="regression" message="expected pass, observed mismatch: ..."/></testcase>
-      <testcase ...><error type="regression" message="expected pass, observed crash: ..."/></testcase>
-      <testcase ...><skipped message="not run: ..."/></testcase>
-      <testcase name="expectations::stale" classname="cpu.expectations"><failure .../></testcase>
+    <testsuites name="dflash-matrix" tests=".." failures=".." errors=".." time="..">
+      <testsuite name="dflash-matrix.gpu [NVIDIA H100 sm90 · vLLM 0.33.0]" ...>  properties: the run's environment
+        <testcase name="FLASH_ATTN-causal-sink-bf16" classname="gpu [NVIDIA H100 sm90 · vLLM 0.33.0].FLASH_ATTN">
+          <system-out>unsupported as expected - FA2 has no sinks ...</system-out></testcase>
+        <testcase ...><error type="regression" message="expected pass, observed wrong-backend: ..."/>...
+        <testcase ...><failure type="unexpected-pass" message="expected unsupported, observed pass: ..."/>...
+        <testcase ...><skipped message="not run: ..."/></testcase>
+        <testcase name="run::incomplete" ...><error type="incomplete-run" .../></testcase>
+        <testcase name="expectations::stale" ...><failure type="stale-expectations" .../></testcase>
 
-A cell passes when its verdict is the expected one. An unexpected crash or timeout is an
-<error> (the harness could not judge the backend), any other difference a <failure>.
+Why these elements (what the consumers do with them, see tests/reports/test_consumers.py):
+- the run is in the suite name *and* in the classname: xunit-viewer keys tests by suite name and
+  name+classname, EnricoMi's publish action by (classname, name) only, junit2html's matrix by
+  classname and name; with the run in both, no consumer folds one run's cell onto another's.
+- a regression (worse than expected, a lost request, an unexpected crash) is an ``<error>``:
+  EnricoMi makes ``<failure>`` a warning annotation and only ``<error>`` a failure annotation.
+  A verdict better than expected or sideways (the expectation is out of date) stays ``<failure>``.
+- cells never run stay ``<skipped>`` (true of each), and the run itself fails once, in
+  ``run::incomplete``: every consumer counts skipped as success, so a killed run would be green.
+- times carry at most three decimals and the root has no ``skipped`` attribute: the Jenkins xunit
+  plugin's junit-10.xsd allows neither more digits nor that attribute.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from harness.reports.model import RunReport
+from harness.errors import InputError
+from harness.reports.junit_merge import status
+from harness.reports.model import ForeignSuite, Report, Row, Run
 from harness.result import CellResult
-from harness.verdict import Verdict
+from harness.verdict import Outcome, Verdict
 
 SUITE_PREFIX = "dflash-matrix"
 STALE_TESTCASE = "expectations::stale"
-_ERRORS = (Verdict.CRASH, Verdict.TIMEOUT)
+INCOMPLETE_TESTCASE = "run::incomplete"
+# Not as expected in these directions, the harness says the backend got worse: red everywhere.
+_RED_VERDICTS = (Verdict.CRASH, Verdict.TIMEOUT, Verdict.WRONG_BACKEND)
 # Characters XML 1.0 cannot carry at all; exception messages (ANSI colours, NULs) do contain them.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_NOT_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def xml_text(value: object) -> str:
     return _NOT_XML.sub("\ufffd", str(value))
+
+
+def seconds(value: float) -> str:
+    """junit-10.xsd's SUREFIRE_TIME: digits, at most three decimals, no exponent."""
+    return f"{max(value, 0.0):.3f}"
 
 
 def mismatch_message(cell: CellResult) -> str:
@@ -39,6 +61,18 @@ def mismatch_message(cell: CellResult) -> str:
     if cell.verdict == cell.expected and cell.expected_message:
         expected += f" with a message containing {cell.expected_message!r}"
     return f"expected {expected}, observed {cell.verdict.value}: {cell.message}"
+
+
+def verdict_line(cell: CellResult) -> str:
+    """The first line every consumer shows for a testcase: verdict, expectation and its reason,
+    backends, message. ``unsupported as expected (FA2 has no sinks) · requested FLASH_ATTN · ...``"""
+    if cell.outcome == Outcome.MATCH:
+        judged = f"{cell.verdict.value} as expected ({cell.expected_reason})"
+    else:
+        judged = f"{cell.verdict.value}, expected {cell.expected.value}: {cell.outcome.value} ({cell.expected_reason})"
+    layers = ", ".join(cell.observed_backends) or "-"
+    facts = [judged, f"requested {cell.requested_backend or 'auto'}", f"draft layers {layers}"]
+    return " \u00b7 ".join([*facts, cell.message] if cell.message else facts)
 
 
 def cell_details(cell: CellResult) -> str:
@@ -62,8 +96,8 @@ def cell_details(cell: CellResult) -> str:
     return "\n".join(lines)
 
 
-def _backend(cell_axes: dict[str, Any]) -> str:
-    return str(cell_axes.get("backend", "unknown"))
+def is_red(cell: CellResult) -> bool:
+    return cell.outcome == Outcome.REGRESSION or (cell.verdict != cell.expected and cell.verdict in _RED_VERDICTS)
 
 
 def _backend_in_id(ident: str) -> str:
@@ -74,54 +108,160 @@ def _backend_in_id(ident: str) -> str:
     return "unknown"
 
 
-def _testcase(lane: str, cell: CellResult) -> TestCase:
-    case = TestCase(xml_text(cell.id), xml_text(f"{lane}.{_backend(cell.axes)}"), round(cell.duration_s, 4))
-    details = xml_text(cell_details(cell))
-    if not cell.ok:
-        unjudged = cell.verdict in _ERRORS and cell.verdict != cell.expected
-        result = (Error if unjudged else Failure)(xml_text(mismatch_message(cell)), cell.outcome.value)
-        result.text = details
-        case.result = [result]
-    else:
-        case.system_out = details
+def _case(name: str, classname: str, duration_s: float = 0.0) -> TestCase:
+    case = TestCase(xml_text(name), xml_text(classname))
+    case._elem.set("time", seconds(duration_s))
     return case
 
 
-def _not_run_testcase(lane: str, ident: str, finished: bool) -> TestCase:
-    case = TestCase(ident, f"{lane}.{_backend_in_id(ident)}", 0.0)
+def _cell_testcase(group: str, row: Row) -> TestCase:
+    cell = row.cell
+    case = _case(cell.id, f"{group}.{cell.axes.get('backend', 'unknown')}", cell.duration_s)
+    out = [verdict_line(cell)]
+    if row.conflict is not None:
+        out.append("conflict: " + row.conflict.describe())
+    if cell.outcome != Outcome.MATCH:
+        kind = Error if is_red(cell) else Failure
+        result = kind(xml_text(mismatch_message(cell)), cell.outcome.value)
+        result.text = xml_text(cell_details(cell))
+        case.result = [result]
+    else:
+        out.append(cell_details(cell))
+    case.system_out = xml_text("\n".join(out))
+    return case
+
+
+def _not_run_testcase(group: str, ident: str, finished: bool) -> TestCase:
+    case = _case(ident, f"{group}.{_backend_in_id(ident)}")
     why = "the run finished without a result for it" if finished else "the run stopped before it (killed?)"
     case.result = [Skipped(f"not run: {why}")]
     return case
 
 
-def _stale_testcase(lane: str, stale: tuple[str, ...]) -> TestCase:
-    case = TestCase(STALE_TESTCASE, f"{lane}.expectations", 0.0)
+def _incomplete_testcase(group: str, not_run: Sequence[str], finished: bool, planned: int) -> TestCase:
+    case = _case(INCOMPLETE_TESTCASE, f"{group}.run")
+    how = "the run finished" if finished else "the run was killed or timed out before its end"
+    missing = f"{len(not_run)} of {planned} planned cells not run" if not_run else "every journaled cell ran"
+    error = Error(xml_text(f"{how}: {missing}"), "incomplete-run")
+    error.text = xml_text("\n".join(not_run) or "no end record in the journal")
+    case.result = [error]
+    return case
+
+
+def _stale_testcase(group: str, stale: Sequence[object]) -> TestCase:
+    case = _case(STALE_TESTCASE, f"{group}.expectations")
     failure = Failure(xml_text(f"{len(stale)} expectation rule(s) decide no cell: {stale[0]}"), "stale-expectations")
-    failure.text = xml_text("\n".join(stale))
+    failure.text = xml_text("\n".join(str(item) for item in stale))
     case.result = [failure]
     return case
 
 
-def junit_document(report: RunReport) -> JUnitXml:
-    suite = TestSuite(f"{SUITE_PREFIX}.{report.lane}")
-    # Properties first: the schema wants them before the testcases.
-    for key, value in report.run.items():
-        if isinstance(value, str):
-            suite.add_property(xml_text(key), xml_text(value))
-    if report.run.get("started_at"):
-        suite.timestamp = xml_text(report.run["started_at"])
-    cases = [_testcase(report.lane, cell) for cell in report.cells]
-    cases += [_not_run_testcase(report.lane, ident, report.finished) for ident in report.not_run]
-    if report.stale_expectations:
-        cases.append(_stale_testcase(report.lane, report.stale_expectations))
-    suite.add_testcases(cases)
+def suite_names(report: Report) -> dict[str, str]:
+    """A unique, readable testsuite name per run: ``dflash-matrix.<lane> [<device> <sm> · vLLM <x.y.z>]``.
+
+    Runs a label does not tell apart (same device and vLLM, another platform or torch) get
+    those added; names that would still collide are refused, never written twice."""
+    levels = (
+        lambda run: run.label,
+        lambda run: f"{run.label} · torch {run.torch_version}",
+        lambda run: f"{run.label} · {run.platform} · torch {run.torch_version}",
+    )
+    names: dict[str, str] = {}
+    for run in report.runs:
+        for level in levels:
+            name = f"{SUITE_PREFIX}.{run.lane} [{level(run)}]"
+            if sum(1 for other in report.runs if f"{SUITE_PREFIX}.{other.lane} [{level(other)}]" == name) == 1:
+                break
+        if run.key in report.junit_only and run.lane == "unknown":
+            # A JUnit file that names no dflash-matrix run keeps its own suite name.
+            name = report.junit_only[run.key].name
+        names[run.key] = name
+    taken: dict[str, str] = {}
+    for key, name in names.items():
+        if name in taken:
+            raise InputError(
+                "junit.xml", "testsuite", f"runs {taken[name]!r} and {key!r} would share the suite name {name!r}"
+            )
+        taken[name] = key
+    return names
+
+
+def _suite(
+    name: str, cases: Iterable[TestCase], properties: Iterable[tuple[str, str]], timestamp: str | None
+) -> TestSuite:
+    suite = TestSuite(xml_text(name))
+    # Properties first: readers that stream the file want the environment before the cells.
+    for key, value in properties:
+        suite.add_property(xml_text(key), xml_text(value))
+    if timestamp:
+        suite.timestamp = xml_text(timestamp)
+    counts = dict.fromkeys(("passed", "skipped", "failure", "error"), 0)
+    elapsed = 0.0
+    written = list(cases)
+    for case in written:
+        counts[status(case)] += 1
+        elapsed += case.time or 0.0
+    # Counted here from the statuses already known: junitparser's update_statistics would re-read
+    # every testcase's results, and writes times with more digits than junit-10.xsd allows.
+    suite.extend(written)
+    suite.tests = len(written)
+    suite.failures, suite.errors, suite.skipped = counts["failure"], counts["error"], counts["skipped"]
+    suite._elem.set("time", seconds(elapsed))
+    return suite
+
+
+def _run_suite(report: Report, run: Run, name: str) -> TestSuite:
+    if run.key in report.junit_only:
+        foreign: ForeignSuite = report.junit_only[run.key]
+        return _suite(name, foreign.cases, foreign.properties, foreign.timestamp)
+    group = name.removeprefix(f"{SUITE_PREFIX}.")
+    rows = report.rows_of(run.key)
+    not_run = report.not_run_of(run.key)
+    finished = run.key not in report.unfinished
+    cases = [_cell_testcase(group, row) for row in rows]
+    cases += [_not_run_testcase(group, ident, finished) for ident in not_run]
+    if report.incomplete(run.key):
+        cases.append(_incomplete_testcase(group, not_run, finished, len(rows) + len(not_run)))
+    stale = report.stale.get(run.key, ())
+    if stale:
+        cases.append(_stale_testcase(group, stale))
+    properties = [(key, value) for key, value in run.meta.items() if isinstance(value, str)]
+    started = run.meta.get("started_at")
+    return _suite(name, cases, properties, started if isinstance(started, str) else None)
+
+
+def _document(suites: Sequence[TestSuite]) -> bytes:
     document = JUnitXml(SUITE_PREFIX)
-    document.add_testsuite(suite)
-    document.update_statistics()
-    return document
-
-
-def render_junit(report: RunReport) -> bytes:
+    for suite in suites:
+        document.add_testsuite(suite)
+    # Only what junit-10.xsd allows on <testsuites>: no skipped (counted per suite).
+    document.tests = sum(suite.tests or 0 for suite in suites)
+    document.failures = sum(suite.failures or 0 for suite in suites)
+    document.errors = sum(suite.errors or 0 for suite in suites)
+    document._elem.set("time", seconds(sum(suite.time or 0.0 for suite in suites)))
     buffer = io.BytesIO()
-    junit_document(report).write(buffer)
+    document.write(buffer)
     return buffer.getvalue()
+
+
+def _suites(report: Report) -> list[tuple[str, TestSuite]]:
+    names = suite_names(report)
+    return [(names[run.key], _run_suite(report, run, names[run.key])) for run in report.runs]
+
+
+def render_junit(report: Report) -> bytes:
+    return _document([suite for _, suite in _suites(report)])
+
+
+def render_junit_per_run(report: Report) -> dict[str, bytes]:
+    """``junit-<suite name>.xml`` per run, for publishers that annotate by file."""
+    files: dict[str, bytes] = {}
+    for name, suite in _suites(report):
+        stem = _NOT_IN_FILE_NAME.sub("-", name).strip("-")
+        file_name = f"junit-{stem}.xml"
+        number = 2
+        while file_name in files:
+            file_name, number = f"junit-{stem}-{number}.xml", number + 1
+        files[file_name] = _document([suite])
+    return files
+

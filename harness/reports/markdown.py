@@ -1,30 +1,27 @@
-"""matrix.md: the compatibility matrix for humans, fit for a GitHub step summary.
+"""matrix.md: the compatibility matrix for people and GitHub step summaries, one run or many.
 
-One grid per lane run (and per compute capability when the matrix varies it): a row per
-backend, a column per (causal, sink) pair, each grid cell naming the verdicts of the cells
-behind it; other axes (dtype, sliding window, ...) are counted inside. Then every cell
-that did not get its expected verdict, the claim gaps, the cells that never ran and the
-stale expectation rules. Messages come from exceptions, so they are escaped: no table
-is broken and no markup injected by a stray `|`, `<` or `*`.
+The runs table (each run's device, versions, and whether it finished), then one grid per lane:
+a row per backend x causal x sink x sliding window, a column per run (and compute capability).
+Each grid entry aggregates the cells behind it (dtype, loader, ...), so a 100k-cell matrix stays
+readable: symbol = worst verdict, text = count per verdict, then what needs a look. Then cells
+not as expected, conflicts, claim gaps, cells not run and stale rules. Messages come from
+exceptions, so every piece of test output goes through ``md``: no table is broken and no markup
+injected by a stray `|`, `<` or `*`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from harness.axes import AXES_BY_NAME
-from harness.reports.matrix_json import summary
-from harness.reports.model import RunReport
-from harness.result import CellResult
-from harness.verdict import ClaimGap, Outcome, Verdict
+from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
+from harness.reports.model import Report, Row, Run
+from harness.verdict import VERDICT_ORDER, Outcome, Verdict
 
-GRID_AXES = ("capability", "backend", "causal", "sink")
-LIST_LIMIT = 100  # rows per list; the rest is in matrix.json (step summaries are capped at 1 MiB)
-GRID_REASON_CHARS = 60
-MESSAGE_CHARS = 300
-OFF = "\u274c"  # marks a verdict that differs from its expectation
+MAX_MESSAGE = 300
+MAX_LISTED = 100  # rows per list; the rest is in matrix.json (step summaries are capped at 1 MiB)
+MAX_REASONS = 400
 # Every character GitHub Markdown may read as markup inside a table or list item.
 _MARKUP = re.compile(r"[\\`*_\[\]<>|~#&!]")
 # Terminal escapes and NULs from exception messages (invisible at best, garbage at worst), and
@@ -32,170 +29,149 @@ _MARKUP = re.compile(r"[\\`*_\[\]<>|~#&!]")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
-def md(text: object, limit: int | None = None) -> str:
-    """One line of plain text, shortened, with markup characters escaped."""
+def md(text: object, limit: int | None = MAX_MESSAGE) -> str:
+    """One line of plain text, shortened, with every markup character backslash-escaped."""
     line = " ".join(_CONTROL.sub(" ", str(text)).split())
     if limit is not None and len(line) > limit:
         line = line[: limit - 1] + "\u2026"
     return _MARKUP.sub(lambda match: "\\" + match.group(0), line)
 
 
-def code(ident: str) -> str:
-    # Cell ids are held to [A-Za-z0-9_.-] when read, so a code span needs no escaping.
-    return f"`{ident}`"
-
-
-def _label(value: object, yes: str, no: str) -> str:
-    return yes if value is True else no if value is False else md(value)
-
-
-def _column_title(key: tuple[Any, Any]) -> str:
-    causal, sink = key
-    return f"{_label(causal, 'causal', 'non-causal')}, {_label(sink, 'sink', 'no sink')}"
-
-
-def _ordered(values: Iterable[Hashable]) -> list[Any]:
-    # True before False (causal/sink read best that way), then anything else by its text.
-    return sorted(set(values), key=lambda v: (v is not True, v is not False, str(v)))
-
-
-def _variant(cell: CellResult) -> str:
-    """The cell's id without the tokens the grid position already says (e.g. ``bf16-swa128``)."""
-    tokens = cell.id.split("-")
-    for name in GRID_AXES:
-        if name not in cell.axes:
-            continue
-        try:
-            token = AXES_BY_NAME[name].token(cell.axes[name])
-        except (KeyError, ValueError, TypeError):
-            continue
-        if token in tokens:
-            tokens.remove(token)
-    return "-".join(tokens) or cell.id
-
-
-def _grid_entry(bucket: Sequence[CellResult]) -> str:
-    groups: dict[tuple[Verdict, Outcome, Verdict], list[CellResult]] = {}
-    for cell in bucket:
-        groups.setdefault((cell.verdict, cell.outcome, cell.expected), []).append(cell)
-    parts = []
-    for (verdict, how, expected), members in groups.items():
-        text = verdict.value
-        if len(bucket) > 1:
-            text += f" \u00d7{len(members)}"
-        if len(groups) > 1:
-            variants = [_variant(cell) for cell in members]
-            text += " (" + md(", ".join(variants[:3]) + (", \u2026" if len(variants) > 3 else "")) + ")"
-        if verdict != Verdict.PASS:
-            text += ": " + md(members[0].message, GRID_REASON_CHARS)
-        if how != Outcome.MATCH:
-            text = f"{OFF} {text} (expected {expected.value})"
-        parts.append(text)
-    return "<br>".join(parts)
-
-
-def _grid(cells: Sequence[CellResult]) -> list[str]:
-    sinks = _ordered(cell.axes.get("sink") for cell in cells)
-    columns = [(causal, sink) for causal in _ordered(cell.axes.get("causal") for cell in cells) for sink in sinks]
-    backends = list(dict.fromkeys(str(cell.axes.get("backend")) for cell in cells))
-    buckets: dict[tuple[str, Any, Any], list[CellResult]] = {}
-    for cell in cells:
-        key = (str(cell.axes.get("backend")), cell.axes.get("causal"), cell.axes.get("sink"))
-        buckets.setdefault(key, []).append(cell)
-    lines = [
-        "| backend | " + " | ".join(_column_title(column) for column in columns) + " |",
-        "|---|" + "---|" * len(columns),
+def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
+    lines = ["# DFlash attention-backend compatibility", ""]
+    summary = report.summary()
+    lines.append(
+        f"{summary['cells']} cells from {summary['runs']} runs; "
+        + ", ".join(f"{v.value} {summary['verdicts'][v.value]}" for v in _verdicts(summary))
+        + f"; {summary['outcomes'].get('match', 0)} as expected, "
+        f"{summary['cells'] - summary['outcomes'].get('match', 0)} not"
+        + (f"; {summary['conflicts']} conflicting duplicates" if summary["conflicts"] else "")
+        + (f"; {summary['not_run']} planned but not run" if summary["not_run"] else "")
+    )
+    lines += ["", "## Runs", "", "| lane | device | platform | vLLM | torch | started | run | cells |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    counts: dict[str, int] = {}
+    for row in report.rows:
+        counts[row.run] = counts.get(row.run, 0) + 1
+    for run in report.runs:
+        started = run.meta.get("started_at") or ""
+        lines.append(
+            "| "
+            + " | ".join(
+                md(v) for v in (run.lane, run.device, run.platform, run.vllm_version, run.torch_version, started)
+            )
+            + f" | {md(report.state(run.key))} | {_cell_count(report, run, counts)} |"
+        )
+    unfinished = [run for run in report.runs if report.incomplete(run.key)]
+    if unfinished:
+        lines += ["", f"**{len(unfinished)} run(s) did not complete** (killed, timed out, or cells not run): "
+                  + ", ".join(md(run.label) for run in unfinished) + ". Their grids are partial."]
+    lines += [
+        "",
+        f"Legend: {' '.join(f'{s} {v.value}' for v, s in SYMBOLS.items())}; "
+        f"{MISSED} not the expected verdict; {CLAIM_GAP} claim disagrees with observation; "
+        f"{CONFLICT} inputs disagreed. [n] points to a reason below.",
     ]
-    for backend in backends:
-        entries = [_grid_entry(buckets.get((backend, *column), [])) or "\u2013" for column in columns]
-        lines.append(f"| {md(backend)} | " + " | ".join(entries) + " |")
-    return lines
+    reasons: dict[str, int] = {}
+    for grid in build_grids(report) if grids is None else grids:
+        lines += ["", f"## Lane {md(grid.lane)}", ""]
+        labels = " | ".join(md(c.label) for c in grid.columns)
+        lines.append(f"| backend | causal | sink | window | {labels} |")
+        lines.append("|---|---|---|---|" + "---|" * len(grid.columns))
+        for key in grid.rows:
+            cells = [md(part) for part in row_label(key)]
+            for column in grid.columns:
+                entry = grid.entry(key, column)
+                cells.append(_md_entry(entry, reasons) if entry else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    if reasons:
+        lines += ["", "### Reasons", ""]
+        shown = list(reasons.items())[:MAX_REASONS]
+        lines += [f"{number}. {text}" for text, number in shown]
+        if len(reasons) > MAX_REASONS:
+            lines.append(f"\n… {len(reasons) - MAX_REASONS} more reasons: see matrix.html or matrix.json")
+    lines += _md_attention(report)
+    return "\n".join(lines) + "\n"
 
 
-def _capped(items: Sequence[Any], render: Callable[[Any], str]) -> list[str]:
-    lines = [render(item) for item in items[:LIST_LIMIT]]
-    if len(items) > LIST_LIMIT:
-        lines.append(f"\n\u2026 and {len(items) - LIST_LIMIT} more in matrix.json")
-    return lines
+def _cell_count(report: Report, run: Run, counts: dict[str, int]) -> str:
+    if run.key in report.junit_only:
+        # Only a JUnit file told of this run: its testcases are in junit.xml, not in the grid.
+        return f"JUnit only: {len(report.junit_only[run.key].cases)} testcases"
+    return str(counts.get(run.key, 0))
 
 
-def _mismatch_row(cell: CellResult) -> str:
-    stage = cell.stage.value if cell.stage else "\u2013"
-    expected = cell.expected.value + (f" ({md(cell.expected_reason, 80)})" if cell.expected_reason else "")
-    return (
-        f"| {code(cell.id)} | {cell.outcome.value} | {expected} | {cell.verdict.value} | {stage} "
-        f"| {md(cell.message, MESSAGE_CHARS)} |"
-    )
+def _verdicts(summary: dict[str, Any]) -> list[Verdict]:
+    return [v for v in VERDICT_ORDER if summary["verdicts"].get(v.value)]
 
 
-def _claim_row(cell: CellResult) -> str:
-    reasons = "; ".join(cell.claim.reasons) if cell.claim else ""
-    claimed = "supported" if cell.claim and cell.claim.supported else "not supported"
-    return (
-        f"| {code(cell.id)} | {claimed} | {md(reasons, MESSAGE_CHARS) or chr(0x2013)} | {cell.verdict.value} "
-        f"| {md(cell.message, MESSAGE_CHARS)} |"
-    )
+def _md_entry(entry: Entry, reasons: dict[str, int]) -> str:
+    marks = SYMBOLS[entry.worst] + " " + md(entry.summary())
+    if entry.missed:
+        marks += f" {MISSED}{entry.missed}"
+    if entry.claim_gaps:
+        marks += f" {CLAIM_GAP}{entry.claim_gaps}"
+    if entry.conflicts:
+        marks += f" {CONFLICT}{entry.conflicts}"
+    if entry.worst == Verdict.PASS and not entry.missed and not entry.claim_gaps:
+        return marks
+    shown, hidden = entry.reasons(3)
+    refs = []
+    for text, _count in shown:
+        refs.append(str(reasons.setdefault(md(text), len(reasons) + 1)))
+    return marks + " [" + ", ".join(refs) + ("+" if hidden else "") + "]"
 
 
-def _run_line(report: RunReport) -> str:
-    run = report.run
-    facts = [
-        f"platform {md(run['platform'])}" if run.get("platform") else None,
-        f"device {md(run['device'])}" if run.get("device") else None,
-        f"vLLM {md(run['vllm_version'])}" if run.get("vllm_version") else None,
-        f"torch {md(run['torch_version'])}" if run.get("torch_version") else None,
-        f"matrix {md(run['matrix'])}" if run.get("matrix") else None,
-        f"started {md(run['started_at'])}" if run.get("started_at") else None,
-        f"ended {md(run['ended_at'])}" if run.get("ended_at") else "did not finish",
-    ]
-    return " \u00b7 ".join(fact for fact in facts if fact)
-
-
-def render_markdown_text(report: RunReport) -> str:
-    counts = summary(report)
-    out = [f"## DFlash compatibility matrix: {md(report.lane)} lane", "", _run_line(report), ""]
-    status = (
-        f"**{counts['cells']} cells**: {counts['match']} as expected, {counts['mismatching']} not"
-        f"; {counts['not_run']} not run; {counts['stale_expectations']} stale expectation rules"
-    )
-    out += [status, ""]
-    verdicts = [f"{verdict} {n}" for verdict, n in counts["verdicts"].items() if n]
-    if verdicts:
-        out += ["Verdicts: " + " \u00b7 ".join(verdicts), ""]
-    if not report.finished:
-        out += ["**The run did not finish** (killed or interrupted): this matrix is partial.", ""]
-
-    by_capability: dict[str, list[CellResult]] = {}
-    for cell in report.cells:
-        by_capability.setdefault(str(cell.axes.get("capability", "")), []).append(cell)
-    for capability, cells in by_capability.items():
-        title = f"### Capability {md(capability)}" if capability else "### Backends by (causal, sink)"
-        out += [title, "", *_grid(cells), ""]
-    if report.cells:
-        legend = f"Entries: verdict, \u00d7 count when other axes split the cell; {OFF} = not the expected verdict."
-        out += [legend, ""]
-
-    if report.mismatching:
-        out += [f"### Not as expected ({len(report.mismatching)})", ""]
-        out += ["| cell | outcome | expected | observed | stage | message |", "|---|---|---|---|---|---|"]
-        out += [*_capped(report.mismatching, _mismatch_row), ""]
-    for gap, what in (
-        (ClaimGap.OVER_CLAIM, "claims support, but the cell fails"),
-        (ClaimGap.UNDER_CLAIM, "claims no support, but the cell works"),
-    ):
-        cells_with_gap = report.claim_gaps(gap)
-        if cells_with_gap:
-            out += [f"### {gap.value.capitalize()}s ({len(cells_with_gap)}): the backend {what}", ""]
-            out += ["| cell | claim | claim reasons | observed | message |", "|---|---|---|---|---|"]
-            out += [*_capped(cells_with_gap, _claim_row), ""]
+def _md_attention(report: Report) -> list[str]:
+    lines: list[str] = []
+    missed = [row for row in report.rows if row.cell.outcome != Outcome.MATCH]
+    if missed:
+        lines += ["", f"## Not as expected ({len(missed)})", ""]
+        lines += ["| run | cell | verdict | expected | stage | message |", "|---|---|---|---|---|---|"]
+        for row in missed[:MAX_LISTED]:
+            cell = row.cell
+            lines.append(
+                f"| {md(row.run)} | {md(cell.id)} | {cell.verdict.value} | {cell.expected.value} "
+                f"| {cell.stage.value if cell.stage else ''} | {md(cell.message)} |"
+            )
+        lines += _more(len(missed))
+    if report.conflicts or report.junit_conflicts:
+        lines += ["", "## Conflicting duplicates (the worse result is kept)", ""]
+        items: list[str] = [
+            f"- {md(c.run)} {md(c.cell_id)}: {', '.join(c.verdicts)} (kept {c.kept}) from "
+            + ", ".join(md(s) for s in c.sources)
+            for c in report.conflicts
+        ]
+        items += [
+            f"- JUnit {md(c.run)} {md(c.name)}: {', '.join(c.statuses)} (kept {c.kept}) from "
+            + ", ".join(md(s) for s in c.sources)
+            for c in report.junit_conflicts
+        ]
+        lines += items[:MAX_LISTED] + _more(len(items))
+    gaps = [row for row in report.rows if row.cell.claim_gap is not None]
+    if gaps:
+        lines += ["", f"## Claims vs observed ({len(gaps)})", ""]
+        lines += [
+            f"- {md(row.run)} {md(row.cell.id)}: {row.cell.claim_gap.value if row.cell.claim_gap else ''}"
+            f" — claims {'support' if row.cell.claim and row.cell.claim.supported else 'no support'}"
+            f"{_claim_reasons(row)}, observed {row.cell.verdict.value}"
+            for row in gaps[:MAX_LISTED]
+        ]
+        lines += _more(len(gaps))
     if report.not_run:
-        out += [f"### Not run ({len(report.not_run)})", ""]
-        out += [*_capped(report.not_run, lambda ident: f"- {code(ident)}"), ""]
+        lines += ["", f"## Planned but not run ({len(report.not_run)})", ""]
+        lines += [f"- {md(run)} {md(ident)}" for run, ident in report.not_run[:MAX_LISTED]]
+        lines += _more(len(report.not_run))
     if report.stale_expectations:
-        out += [f"### Stale expectation rules ({len(report.stale_expectations)})", ""]
-        out += [*_capped(report.stale_expectations, lambda line: f"- {md(line, MESSAGE_CHARS)}"), ""]
-    return "\n".join(out)
+        lines += ["", "## Stale expectations (rules that matched no cell)", ""]
+        lines += [f"- {md(item)}" for item in report.stale_expectations[:MAX_LISTED]]
+    return lines
 
 
-def render_markdown(report: RunReport) -> bytes:
-    return render_markdown_text(report).encode("utf-8")
+def _claim_reasons(row: Row) -> str:
+    claim = row.cell.claim
+    return f" ({md('; '.join(claim.reasons))})" if claim and claim.reasons else ""
+
+
+def _more(total: int) -> list[str]:
+    return [f"\n… and {total - MAX_LISTED} more: see matrix.html or matrix.json"] if total > MAX_LISTED else []

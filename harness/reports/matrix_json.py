@@ -1,89 +1,101 @@
 """matrix.json: the machine-readable matrix, the contract that merge, diff and dashboards read.
 
+One shape for one run or many (``"schema": "dflash-matrix/2"``)::
+
     {
-      "schema": "dflash-matrix/1",
-      "run": {"lane", "platform", "device", "vllm_version", "torch_version", "started_at", "ended_at", ...},
-      "summary": {"cells", "not_run", "match", "mismatching", "verdicts": {...}, "outcomes": {...}, ...},
-      "cells": [CellResult.to_json(), ...],        # id, axes, requested_backend, observed_backends,
-                                                   # verdict, expected, stage, message, max_abs_err,
-                                                   # tolerance, claim, duration_s, outcome, claim_gap...
-      "not_run": ["cell-id", ...],
+      "schema": "dflash-matrix/2",
+      "runs": [{"key", "label", "suite", "finished", "incomplete", "stale_expectations",
+                "lane", "platform", "device", "vllm_version", "torch_version", "started_at", "ended_at", ...}],
+      "summary": {"runs", "cells", "not_run", "match", "mismatching", "verdicts", "outcomes", "ok", ...},
+      "cells": [{CellResult.to_json()..., "run": <run key>, "conflict": null | {...}}],
+      "not_run": [{"run": <run key>, "id": "cell-id"}],
       "claims": {"over_claims": [...], "under_claims": [...]},
-      "stale_expectations": ["...", ...]
+      "conflicts": [...],
+      "stale_expectations": ["...", ...],
+      "sources": ["input file", ...]
     }
 
-Unknown run values are null, never guessed.
+Unknown run values are null (or "unknown" in a run's key), never guessed. A /1 report (``run``
+for one run) is still read; see README, "Reports".
 """
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
-from harness.reports.model import RunReport
+from harness.reports.json_text import report_json
+from harness.reports.junit import suite_names
+from harness.reports.model import RUN_KEY_FIELDS, SCHEMA, Conflict, JUnitConflict, Report, Row
 from harness.verdict import ClaimGap
 
-SCHEMA = "dflash-matrix/1"
 
-
-def summary(report: RunReport) -> dict[str, Any]:
-    mismatching = len(report.mismatching)
+def _claim(row: Row) -> dict[str, Any]:
+    cell = row.cell
     return {
-        "cells": len(report.cells),
-        "not_run": len(report.not_run),
-        "match": len(report.cells) - mismatching,
-        "mismatching": mismatching,
-        "verdicts": report.verdict_counts(),
-        "outcomes": report.outcome_counts(),
-        "over_claims": len(report.claim_gaps(ClaimGap.OVER_CLAIM)),
-        "under_claims": len(report.claim_gaps(ClaimGap.UNDER_CLAIM)),
-        "stale_expectations": len(report.stale_expectations),
-        # What a CI gate wants in one bit: every planned cell ran and got its expected verdict.
-        "ok": mismatching == 0 and not report.not_run and not report.stale_expectations,
+        "run": row.run,
+        "id": cell.id,
+        "verdict": cell.verdict.value,
+        "supported": cell.claim.supported if cell.claim else None,
+        "reasons": list(cell.claim.reasons) if cell.claim else [],
+        "message": cell.message,
     }
 
 
-def _claims(report: RunReport, gap: ClaimGap) -> list[dict[str, Any]]:
-    return [
+def conflict_json(conflict: Conflict) -> dict[str, Any]:
+    return {
+        "run": conflict.run,
+        "id": conflict.cell_id,
+        "verdicts": list(conflict.verdicts),
+        "sources": list(conflict.sources),
+        "kept": conflict.kept,
+    }
+
+
+def junit_conflict_json(conflict: JUnitConflict) -> dict[str, Any]:
+    return {
+        "run": conflict.run,
+        "id": conflict.name,
+        "classname": conflict.classname,
+        "junit_statuses": list(conflict.statuses),
+        "sources": list(conflict.sources),
+        "kept": conflict.kept,
+    }
+
+
+def matrix_document(report: Report) -> dict[str, Any]:
+    suites = suite_names(report)
+    runs = [
         {
-            "id": cell.id,
-            "verdict": cell.verdict.value,
-            "supported": cell.claim.supported if cell.claim else None,
-            "reasons": list(cell.claim.reasons) if cell.claim else [],
-            "message": cell.message,
+            **run.meta,
+            **{name: getattr(run, name) for name in RUN_KEY_FIELDS},
+            "key": run.key,
+            "label": run.label,
+            "suite": suites[run.key],
+            "finished": run.key not in report.unfinished,
+            "incomplete": report.incomplete(run.key),
+            "stale_expectations": list(report.stale.get(run.key, ())),
         }
-        for cell in report.claim_gaps(gap)
+        for run in report.runs
     ]
-
-
-def matrix_document(report: RunReport) -> dict[str, Any]:
-    document = {
+    return {
         "schema": SCHEMA,
-        "run": dict(report.run),
-        "summary": summary(report),
-        "cells": [cell.to_json() for cell in report.cells],
-        "not_run": list(report.not_run),
+        "runs": runs,
+        "summary": report.summary(),
+        "cells": [
+            {**row.cell.to_json(), "run": row.run, "conflict": conflict_json(row.conflict) if row.conflict else None}
+            for row in report.rows
+        ],
+        "not_run": [{"run": run, "id": ident} for run, ident in report.not_run],
         "claims": {
-            "over_claims": _claims(report, ClaimGap.OVER_CLAIM),
-            "under_claims": _claims(report, ClaimGap.UNDER_CLAIM),
+            "over_claims": [_claim(row) for row in report.claim_gaps(ClaimGap.OVER_CLAIM)],
+            "under_claims": [_claim(row) for row in report.claim_gaps(ClaimGap.UNDER_CLAIM)],
         },
+        "conflicts": [conflict_json(c) for c in report.conflicts]
+        + [junit_conflict_json(c) for c in report.junit_conflicts],
         "stale_expectations": list(report.stale_expectations),
+        "sources": list(report.sources),
     }
-    return dict(_json_safe(document))
 
 
-def _json_safe(value: Any) -> Any:
-    # JSON has no NaN or infinity, and strict readers (jq, browsers) refuse them; a lane's
-    # free-form details may well hold one.
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(key): _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def render_matrix_json(report: RunReport) -> bytes:
-    return (json.dumps(matrix_document(report), indent=2, allow_nan=False) + "\n").encode("utf-8")
+def render_matrix_json(report: Report) -> bytes:
+    return report_json(matrix_document(report)).encode("utf-8")

@@ -1,20 +1,30 @@
-"""What every report shows, derived once from the journal: one lane run, its cells and gaps.
+"""The one report model: runs, the cells each ran, and what is missing or disputed.
 
-The three reports (JUnit, matrix.json, Markdown) are views of this; none of them reads
-the journal or computes a verdict on its own, so they cannot disagree.
+A single run is the merge of one journal: ``dflash-matrix report``, the pytest plugin and
+``dflash-matrix merge`` all build a ``Report`` and hand it to the same renderers (junit.xml,
+matrix.json, matrix.md, matrix.html), so one run and many read the same everywhere. Types
+live here, below every renderer and reader; nothing here imports a renderer.
+
+A run is one lane on one platform and device with one vLLM and torch build. The same cell
+in two runs is two rows and never overwrites; see merge.py for one run reported twice.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from harness.errors import InputError
 from harness.journal import JournalContents
 from harness.result import CellResult
-from harness.verdict import VERDICTS, ClaimGap, Outcome
+from harness.verdict import VERDICT_ORDER, ClaimGap, Outcome
+
+# dflash-matrix/2: one shape for one run or many (see README, "Reports"). /1 is still read.
+SCHEMA = "dflash-matrix/2"
+READABLE_SCHEMAS = ("dflash-matrix/1", SCHEMA)
 
 # The run fields the matrix.json contract names, and where lanes and the plugin may put them.
 RUN_FIELDS = ("lane", "platform", "device", "vllm_version", "torch_version", "started_at", "ended_at")
@@ -24,36 +34,73 @@ _ALIASES: Mapping[str, tuple[str, ...]] = {
     "started_at": ("started",),
     "ended_at": ("ended",),
 }
+# The run metadata that tells two runs apart. Start/end times are left out on purpose:
+# xdist workers and resumed runs of one job start at different times but are one run.
+RUN_KEY_FIELDS = ("lane", "platform", "device", "vllm_version", "torch_version")
 # Run metadata shown elsewhere, or bookkeeping of one writer (an xdist worker) rather than of the run.
 _NOT_ENVIRONMENT = ("stale_expectations", "resumed", "worker")
 
 
 @dataclass(frozen=True)
-class RunReport:
+class Run:
+    """One lane run on one machine with one vLLM/torch build: a column family of the matrix."""
+
     lane: str
-    run: Mapping[str, Any]  # RUN_FIELDS (None when unknown), then every other scalar metadata value
-    cells: tuple[CellResult, ...]
-    not_run: tuple[str, ...]
-    stale_expectations: tuple[str, ...]
-    finished: bool  # the journal holds an end record: the run was not killed before its end
+    platform: str
+    device: str
+    vllm_version: str
+    torch_version: str
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def mismatching(self) -> tuple[CellResult, ...]:
-        return tuple(cell for cell in self.cells if not cell.ok)
+    def key(self) -> str:
+        return " / ".join(
+            (self.lane, self.platform, self.device, f"vllm {self.vllm_version}", f"torch {self.torch_version}")
+        )
 
-    def claim_gaps(self, gap: ClaimGap) -> tuple[CellResult, ...]:
-        return tuple(cell for cell in self.cells if cell.claim_gap == gap)
+    @property
+    def slot(self) -> str:
+        """The same machine and lane, whatever the versions: what a nightly diff pairs up."""
+        return " / ".join((self.lane, self.platform, self.device))
 
-    def verdict_counts(self) -> dict[str, int]:
-        counts = Counter(cell.verdict.value for cell in self.cells)
-        return {verdict: counts[verdict] for verdict in VERDICTS}
+    @property
+    def capability(self) -> str | None:
+        """The compute capability the run's device reports (gpu lane), as ``sm90``."""
+        value = self.meta.get("capability")
+        return "sm" + str(value).replace(".", "") if value not in (None, "") else None
 
-    def outcome_counts(self) -> dict[str, int]:
-        counts = Counter(cell.outcome.value for cell in self.cells)
-        return {outcome.value: counts[outcome.value] for outcome in Outcome}
+    @property
+    def label(self) -> str:
+        """``NVIDIA H100 sm90 · vLLM 0.33.0``: what a person calls this run."""
+        device = " ".join(part for part in (self.device, self.capability) if part)
+        return f"{device} · vLLM {self.vllm_version}"
 
 
-def run_report(contents: JournalContents) -> RunReport:
+def run_from_meta(meta: Mapping[str, Any]) -> Run:
+    def pick(name: str) -> str:
+        for key in (name, *_ALIASES.get(name, ())):
+            value = meta.get(key)
+            if value not in (None, ""):
+                return str(value)
+        return "unknown"
+
+    return Run(**{name: pick(name) for name in RUN_KEY_FIELDS}, meta=dict(meta))
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """One run's cells as one input (a journal, a matrix.json) reported them."""
+
+    source: str
+    run: Run
+    cells: tuple[CellResult, ...]
+    not_run: tuple[str, ...] = ()
+    stale_expectations: tuple[Any, ...] = ()
+    finished: bool = True  # False: the journal shows the run was killed or timed out before its end
+
+
+def results_from_journal(contents: JournalContents) -> RunResults:
+    """The journals of one run (its xdist workers, a resumed run) as one input."""
     where = ", ".join(str(path) for path in contents.files) or "journal"
     lanes = sorted({str(run["lane"]) for run in contents.runs} | {cell.lane for cell in contents.cells})
     if not lanes:
@@ -62,9 +109,9 @@ def run_report(contents: JournalContents) -> RunReport:
         raise InputError(
             where, "", f"journals of several lanes ({', '.join(lanes)}): report each lane, then merge the reports"
         )
-    return RunReport(
-        lane=lanes[0],
-        run=_run_metadata(contents, lanes[0]),
+    return RunResults(
+        source=where,
+        run=run_from_meta(_run_metadata(contents, lanes[0])),
         cells=_in_plan_order(contents),
         not_run=tuple(contents.not_run),
         stale_expectations=_stale(contents),
@@ -109,3 +156,148 @@ def _stale(contents: JournalContents) -> tuple[str, ...]:
         if "stale_expectations" in run:
             return tuple(run["stale_expectations"])
     return ()
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One cell of one run reported with different verdicts by different inputs."""
+
+    run: str
+    cell_id: str
+    verdicts: tuple[str, ...]  # each input's verdict, in input order
+    sources: tuple[str, ...]
+    kept: str
+
+    def describe(self) -> str:
+        pairs = zip(self.verdicts, self.sources, strict=True)
+        reported = ", ".join(f"{verdict} ({source})" for verdict, source in pairs)
+        return f"inputs disagree: {reported}; the worse, {self.kept}, is kept"
+
+
+@dataclass(frozen=True)
+class JUnitConflict:
+    """One testcase of one run with different statuses in different JUnit inputs."""
+
+    run: str
+    classname: str
+    name: str
+    statuses: tuple[str, ...]
+    sources: tuple[str, ...]
+    kept: str
+
+
+@dataclass(frozen=True)
+class ForeignSuite:
+    """A run known only from JUnit input (no journal, no matrix.json): its testcases as read,
+    one copy per (classname, name), written back unchanged."""
+
+    name: str
+    timestamp: str | None
+    properties: tuple[tuple[str, str], ...]
+    cases: tuple[Any, ...]  # junitparser TestCase elements
+
+
+@dataclass(frozen=True)
+class Row:
+    """A cell as it ran in one run."""
+
+    run: str
+    cell: CellResult
+    conflict: Conflict | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    runs: tuple[Run, ...]
+    rows: tuple[Row, ...]
+    not_run: tuple[tuple[str, str], ...]  # (run key, cell id)
+    stale: Mapping[str, tuple[Any, ...]]  # run key -> expectation rules that decide no cell
+    unfinished: frozenset[str]  # keys of runs killed or timed out before their end
+    conflicts: tuple[Conflict, ...] = ()
+    junit_conflicts: tuple[JUnitConflict, ...] = ()
+    sources: tuple[str, ...] = ()
+    junit_only: Mapping[str, ForeignSuite] = field(default_factory=dict)
+
+    def run_by_key(self) -> dict[str, Run]:
+        return {run.key: run for run in self.runs}
+
+    def rows_of(self, key: str) -> list[Row]:
+        return self._rows_by_run.get(key, [])
+
+    def not_run_of(self, key: str) -> list[str]:
+        return self._not_run_by_run.get(key, [])
+
+    def incomplete(self, key: str) -> bool:
+        """Killed, timed out, or finished without a result for every planned cell."""
+        return key in self.unfinished or bool(self.not_run_of(key))
+
+    def state(self, key: str) -> str:
+        """How a run ended, in words every view shows."""
+        if key in self.junit_only:
+            return "JUnit only"
+        if key in self.unfinished:
+            return "killed or timed out"
+        if self.not_run_of(key):
+            return f"{len(self.not_run_of(key))} cells not run"
+        return "finished"
+
+    @property
+    def stale_expectations(self) -> tuple[Any, ...]:
+        distinct: dict[str, Any] = {}
+        for items in self.stale.values():
+            for item in items:
+                distinct.setdefault(repr(item), item)
+        return tuple(distinct.values())
+
+    def claim_gaps(self, gap: ClaimGap) -> list[Row]:
+        return [row for row in self.rows if row.cell.claim_gap == gap]
+
+    @property
+    def mismatching(self) -> list[Row]:
+        return [row for row in self.rows if row.cell.outcome != Outcome.MATCH]
+
+    def summary(self) -> dict[str, Any]:
+        return dict(self._summary)
+
+    @cached_property
+    def _rows_by_run(self) -> dict[str, list[Row]]:
+        grouped: dict[str, list[Row]] = {}
+        for row in self.rows:
+            grouped.setdefault(row.run, []).append(row)
+        return grouped
+
+    @cached_property
+    def _not_run_by_run(self) -> dict[str, list[str]]:
+        grouped: dict[str, list[str]] = {}
+        for key, ident in self.not_run:
+            grouped.setdefault(key, []).append(ident)
+        return grouped
+
+    @cached_property
+    def _summary(self) -> dict[str, Any]:
+        # Counted once: every renderer shows it, and 100k cells make a recount noticeable.
+        verdicts = Counter(row.cell.verdict for row in self.rows)
+        outcomes = Counter(row.cell.outcome for row in self.rows)
+        gaps = Counter(row.cell.claim_gap for row in self.rows)
+        mismatching = len(self.rows) - outcomes[Outcome.MATCH]
+        conflicts = len(self.conflicts) + len(self.junit_conflicts)
+        incomplete = [run.key for run in self.runs if self.incomplete(run.key)]
+        stale = len(self.stale_expectations)
+        return {
+            "runs": len(self.runs),
+            "cells": len(self.rows),
+            "not_run": len(self.not_run),
+            "match": outcomes[Outcome.MATCH],
+            "mismatching": mismatching,
+            "verdicts": {verdict.value: verdicts[verdict] for verdict in VERDICT_ORDER},
+            "outcomes": {how.value: outcomes[how] for how in Outcome},
+            "over_claims": gaps[ClaimGap.OVER_CLAIM],
+            "under_claims": gaps[ClaimGap.UNDER_CLAIM],
+            "stale_expectations": stale,
+            "conflicts": conflicts,
+            "incomplete_runs": len(incomplete),
+            "junit_only_runs": sorted(self.junit_only),
+            # What a CI gate wants in one bit: every planned cell of every run ran to the end of
+            # its run, got its expected verdict, once, and every expectation rule decided a cell.
+            "ok": mismatching == 0 and not incomplete and not stale and not conflicts,
+        }

@@ -75,7 +75,7 @@ def test_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(journal.parent), "--out", str(out), "--strict"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "8 cells: 8 as expected, 0 not, 0 not run, 0 stale expectation rules"
-    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "matrix.json", "matrix.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "matrix.html", "matrix.json", "matrix.md"]
 
 
 def test_report_strict_fails_on_a_mismatch(tmp_path: Path) -> None:

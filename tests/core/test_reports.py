@@ -15,15 +15,18 @@ from harness.errors import InputError
 from harness.journal import read_journals
 from harness.matrix import Cell, expand
 from harness.observation import Claim
-from harness.reports import build_matrix_json, write_reports
+from harness.reports import write_reports
+from harness.reports.inputs import read_matrix_json
 from harness.reports.markdown import md
+from harness.reports.matrix_json import matrix_document
+from harness.reports.merge import report_from_journal
 from harness.result import CellResult
 from harness.verdict import Verdict
 
 from .samples import BASIC_MATRIX, CONTRACT_KEYS, matrix_from, result, write_journal
 
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "schemas" / "junit-10.xsd")
-REPORTS = ("junit.xml", "matrix.json", "matrix.md")
+REPORTS = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")
 STALE = ["expect.toml: expect[2] (old rule | with a pipe) matches no cell that it decides"]
 
 
@@ -66,19 +69,26 @@ def test_junit_validates_against_the_junit_10_schema(journal: Path, tmp_path: Pa
 def test_junit_cases(journal: Path, tmp_path: Path) -> None:
     xml = JUnitXml.fromfile(str(_reports(journal, tmp_path / "out")["junit.xml"]))
     (suite,) = list(xml)
-    assert suite.name == "dflash-matrix.cpu"
+    assert suite.name == "dflash-matrix.cpu [x86_64 · vLLM 0.32.0]"
     props = {p.name: p.value for p in suite.properties()}
     assert props["lane"] == "cpu" and props["vllm_version"] == "0.32.0" and props["torch_version"] == "2.13"
     assert props["matrix"] == "basic" and "started_at" in props and "ended_at" not in props
     assert suite.timestamp == props["started_at"]
     cases = {case.name: case for case in suite}
-    assert cases["CPU_ATTN-causal-sink-bf16"].classname == "cpu.CPU_ATTN"
+    group = "cpu [x86_64 · vLLM 0.32.0]"  # the run is in the classname too: EnricoMi keys tests by it
+    assert cases["CPU_ATTN-causal-sink-bf16"].classname == f"{group}.CPU_ATTN"
     assert cases["CPU_ATTN-causal-sink-bf16"].time == 0.25
     assert cases["CPU_ATTN-causal-sink-bf16"].is_passed
-    assert cases["FLASH_ATTN-causal-nosink-bf16"].is_passed  # substituted, as expected
+    substituted = cases["FLASH_ATTN-causal-nosink-bf16"]
+    assert substituted.is_passed
+    assert (substituted.system_out or "").splitlines()[0] == (
+        "substituted as expected (rule 0: expected substituted) · requested FLASH_ATTN · draft layers CPU_ATTN"
+        " · requested FLASH_ATTN, ran CPU_ATTN"
+    )
 
+    # Regressions are <error>: EnricoMi annotates <failure> as a warning, <error> as a failure.
     (mismatch,) = cases["CPU_ATTN-noncausal-sink-bf16"].result
-    assert isinstance(mismatch, Failure) and mismatch.type == "regression"
+    assert isinstance(mismatch, Error) and mismatch.type == "regression"
     assert mismatch.message == "expected pass, observed mismatch: max abs error 0.5 > tolerance 0.02 on FLASH_ATTN"
     (crash,) = cases["CPU_ATTN-noncausal-nosink-bf16"].result
     assert isinstance(crash, Error) and crash.type == "regression"
@@ -91,12 +101,15 @@ def test_junit_cases(journal: Path, tmp_path: Path) -> None:
         (skipped,) = cases[ident].result
         assert isinstance(skipped, Skipped) and skipped.message is not None
         assert skipped.message.startswith("not run: the run stopped before it")
-        assert cases[ident].classname == "cpu.FLASH_ATTN"
+        assert cases[ident].classname == f"{group}.FLASH_ATTN"
+    (incomplete,) = cases["run::incomplete"].result
+    assert isinstance(incomplete, Error) and incomplete.type == "incomplete-run"
+    assert incomplete.message == "the run was killed or timed out before its end: 2 of 8 planned cells not run"
 
     stale = cases["expectations::stale"]
-    assert stale.classname == "cpu.expectations"
+    assert stale.classname == f"{group}.expectations"
     assert isinstance(stale.result[0], Failure) and stale.result[0].type == "stale-expectations"
-    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (9, 3, 1, 2)
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (10, 2, 3, 2)
 
 
 def test_expected_crash_is_a_pass_and_wrong_message_a_failure(tmp_path: Path) -> None:
@@ -116,25 +129,32 @@ def test_expected_crash_is_a_pass_and_wrong_message_a_failure(tmp_path: Path) ->
 
 def test_matrix_json_contract(journal: Path, tmp_path: Path) -> None:
     data = json.loads(_reports(journal, tmp_path / "out")["matrix.json"].read_text())
-    assert data["schema"] == "dflash-matrix/1"
-    assert data["run"]["lane"] == "cpu"
+    assert data["schema"] == "dflash-matrix/2"
+    (run,) = data["runs"]
+    assert run["lane"] == "cpu"
     for key in ("platform", "device", "vllm_version", "torch_version", "started_at", "ended_at"):
-        assert key in data["run"]
-    assert data["run"]["ended_at"] is None  # killed: no end record
-    assert (data["run"]["vllm_version"], data["run"]["device"]) == ("0.32.0", "x86_64")
-    assert "stale_expectations" not in data["run"]
-    contract = CONTRACT_KEYS | {"outcome", "claim_gap"}
+        assert key in run
+    assert run["ended_at"] is None and run["finished"] is False and run["incomplete"] is True  # killed
+    assert (run["vllm_version"], run["device"]) == ("0.32.0", "x86_64")
+    assert run["suite"] == "dflash-matrix.cpu [x86_64 · vLLM 0.32.0]" and run["label"] == "x86_64 · vLLM 0.32.0"
+    assert run["stale_expectations"] == STALE
+    contract = CONTRACT_KEYS | {"outcome", "claim_gap", "run", "conflict"}
     assert all(contract <= cell.keys() for cell in data["cells"])
+    assert {cell["run"] for cell in data["cells"]} == {run["key"]}
     assert [c["id"] for c in data["cells"]][:2] == ["CPU_ATTN-causal-sink-bf16", "CPU_ATTN-causal-nosink-bf16"]
-    assert data["not_run"] == ["FLASH_ATTN-noncausal-sink-bf16", "FLASH_ATTN-noncausal-nosink-bf16"]
+    assert data["not_run"] == [
+        {"run": run["key"], "id": "FLASH_ATTN-noncausal-sink-bf16"},
+        {"run": run["key"], "id": "FLASH_ATTN-noncausal-nosink-bf16"},
+    ]
     summary = data["summary"]
     assert (summary["cells"], summary["not_run"], summary["match"], summary["mismatching"]) == (6, 2, 3, 3)
     assert summary["verdicts"]["pass"] == 3 and summary["verdicts"]["timeout"] == 0
     assert summary["outcomes"] == {"match": 3, "unexpected-pass": 1, "regression": 2, "changed": 0}
-    assert summary["ok"] is False
+    assert summary["ok"] is False and summary["incomplete_runs"] == 1
     assert [c["id"] for c in data["claims"]["over_claims"]] == ["CPU_ATTN-noncausal-sink-bf16"]
     assert data["claims"]["under_claims"] == [
         {
+            "run": run["key"],
             "id": "CPU_ATTN-causal-sink-bf16",
             "verdict": "pass",
             "supported": False,
@@ -145,6 +165,23 @@ def test_matrix_json_contract(journal: Path, tmp_path: Path) -> None:
     assert data["stale_expectations"] == STALE
     for record in data["cells"]:
         assert CellResult.from_json(record).id == record["id"]
+
+
+def test_a_dflash_matrix_1_report_of_one_run_still_reads(journal: Path, tmp_path: Path) -> None:
+    data = json.loads(_reports(journal, tmp_path / "out")["matrix.json"].read_text())
+    (run,) = data["runs"]
+    old = {
+        "schema": "dflash-matrix/1",
+        "run": {key: value for key, value in run.items() if key not in ("key", "label", "suite", "finished")},
+        "cells": [{k: v for k, v in cell.items() if k not in ("run", "conflict")} for cell in data["cells"]],
+        "not_run": [item["id"] for item in data["not_run"]],
+        "stale_expectations": STALE,
+    }
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (part,) = read_matrix_json(tmp_path / "old.json")
+    assert part.run.key == run["key"] and part.finished is False
+    assert len(part.cells) == 6 and part.not_run == tuple(item["id"] for item in data["not_run"])
+    assert part.stale_expectations == tuple(STALE)
 
 
 def test_matrix_json_is_strict_json_even_with_nan_details(tmp_path: Path) -> None:
@@ -159,26 +196,26 @@ def test_matrix_json_is_strict_json_even_with_nan_details(tmp_path: Path) -> Non
 
     data = json.loads(text, parse_constant=refuse)
     assert data["cells"][0]["details"] == {"warmup_err": "inf", "nested": ["nan"]}
-    assert data["summary"]["ok"] is True and data["run"]["ended_at"] is not None
+    assert data["summary"]["ok"] is True and data["runs"][0]["ended_at"] is not None
 
 
 def test_markdown_grid(journal: Path, tmp_path: Path) -> None:
     text = _reports(journal, tmp_path / "out")["matrix.md"].read_text()
     lines = text.splitlines()
-    header = "| backend | causal, sink | causal, no sink | non-causal, sink | non-causal, no sink |"
-    assert header in lines
-    row = next(line for line in lines if line.startswith("| CPU\\_ATTN |"))
-    assert row.split(" | ")[1:3] == ["pass", "pass"]
-    assert "\u274c mismatch: max abs error 0.5 \\> tolerance 0.02 on FLASH\\_ATTN (expected pass)" in row
-    flash = next(line for line in lines if line.startswith("| FLASH\\_ATTN |"))
-    assert "\u274c pass (expected unsupported)" in flash
-    assert flash.rstrip(" |").endswith("\u2013")  # never ran: an empty grid cell, and listed below
-    assert "**The run did not finish**" in text
-    assert "### Not as expected (3)" in text
-    assert "### Over-claims (1)" in text and "### Under-claims (1)" in text
-    assert "### Not run (2)" in text and "- `FLASH_ATTN-noncausal-sink-bf16`" in text
-    assert "### Stale expectation rules (1)" in text
-    assert "(old rule \\| with a pipe)" in text
+    assert "| backend | causal | sink | window | x86\\_64 · vLLM 0.32.0 |" in lines
+    assert "| cpu | x86\\_64 | cpu | 0.32.0 | 2.13 |" in text and "| killed or timed out | 6 |" in text
+
+    def row(backend: str, causal: str, sink: str) -> str:
+        return next(line for line in lines if line.startswith(f"| {backend} | {causal} | {sink} |"))
+
+    assert row("CPU\\_ATTN", "causal", "no sink").endswith("| ✅ pass |")
+    assert "❌ mismatch ❗1 ◆1" in row("CPU\\_ATTN", "non-causal", "sink")
+    assert "💥 crash ❗1" in row("CPU\\_ATTN", "non-causal", "no sink")
+    assert "✅ pass ❗1" in row("FLASH\\_ATTN", "causal", "sink")
+    assert "**1 run(s) did not complete**" in text
+    assert "## Not as expected (3)" in text and "## Claims vs observed (2)" in text
+    assert "## Planned but not run (2)" in text and "FLASH\\_ATTN-noncausal-sink-bf16" in text
+    assert "## Stale expectations" in text and "(old rule \\| with a pipe)" in text
 
 
 def test_markdown_counts_cells_that_other_axes_split(tmp_path: Path) -> None:
@@ -195,11 +232,11 @@ def test_markdown_counts_cells_that_other_axes_split(tmp_path: Path) -> None:
     ]
     path = write_journal(tmp_path / "main.jsonl", results, list(cells))
     md_text = _reports(path, tmp_path / "out")["matrix.md"].read_text()
-    assert "### Capability 8.0" in md_text and "### Capability 9.0" in md_text
-    sm80, sm90 = md_text.split("### Capability 9.0")
-    assert "| CPU\\_ATTN | pass \u00d73 | pass \u00d73 | pass \u00d73 | pass \u00d73 |" in sm80
-    assert "pass \u00d72 (bf16, fp16)<br>mismatch \u00d71 (fp32): max abs error 0.5" in sm90
-    assert "Not as expected" not in md_text
+    # The compute capability is a column (the GPU generation), dtype is counted inside an entry.
+    columns = "| x86\\_64 · vLLM 0.32.0 · sm 8.0 | x86\\_64 · vLLM 0.32.0 · sm 9.0 |"
+    assert "| backend | causal | sink | window " + columns in md_text
+    assert "| CPU\\_ATTN | causal | sink | — | ✅ pass x3 | ❌ mismatch 1 · pass 2 [" in md_text
+    assert "Not as expected" not in md_text and "did not complete" not in md_text
 
 
 def test_markdown_escapes_markup_and_keeps_tables_intact(tmp_path: Path) -> None:
@@ -218,7 +255,7 @@ def test_hostile_message_text_stays_valid_xml_and_markdown(tmp_path: Path) -> No
     SCHEMA.validate(written["junit.xml"])
     (case,) = list(next(iter(JUnitXml.fromfile(str(written["junit.xml"])))))
     assert case.result[0].message is not None and "<b>]]></b> & " in case.result[0].message
-    table_rows = [line for line in written["matrix.md"].read_text().splitlines() if line.startswith("| `")]
+    table_rows = [line for line in written["matrix.md"].read_text().splitlines() if line.startswith("| cpu / ")]
     assert len(table_rows) == 1 and table_rows[0].count(" | ") == 5
 
 
@@ -270,4 +307,4 @@ def test_journals_of_two_lanes_are_refused(tmp_path: Path) -> None:
         tmp_path / "j" / "fake.jsonl", [CellResult.from_json({**cpu.to_json(), "lane": "fake"})], [], lane="fake"
     )
     with pytest.raises(InputError, match=r"several lanes \(cpu, fake\)"):
-        build_matrix_json(read_journals([tmp_path / "j"]))
+        matrix_document(report_from_journal(read_journals([tmp_path / "j"])))

@@ -130,7 +130,7 @@ CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
     ("merge", "empty.json", lambda good: b"", "not JSON"),
     ("merge", "other-schema.json", _matrix_json(schema="other/9"), "is not a known report schema"),
     ("merge", "cells-object.json", _matrix_json(cells={"a": 1}), "cells: must be a list"),
-    ("merge", "no-run.json", _matrix_json(run=_DROP), "a report needs 'run'"),
+    ("merge", "no-run.json", _matrix_json(runs=_DROP), "a report needs 'runs'"),
     (
         "merge",
         "unknown-verdict.json",
@@ -160,7 +160,7 @@ DIFF_CASES: list[tuple[str, str, Callable[[Good], bytes], str]] = [
     ("diff", "huge-number.json", lambda good: b'{"schema": ' + _HUGE_NUMBER + b"}", "number too long"),
     ("diff-current", "stale-not-list.json", _matrix_json(stale_expectations=5), "stale_expectations: must be a list"),
     ("diff", "junit.xml", lambda good: good.junit, "not a matrix report"),
-    ("diff-current", "run-string.json", _matrix_json(run="fake"), "a report needs 'run'"),
+    ("diff-current", "run-string.json", _matrix_json(runs="fake"), "a report needs 'runs'"),
     ("diff", "other-schema.json", _matrix_json(schema=3), "is not a known report schema"),
     (
         "diff-current",

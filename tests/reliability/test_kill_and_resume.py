@@ -18,6 +18,8 @@ import pytest
 import xmlschema
 from junitparser import JUnitXml, Skipped
 
+from harness.reports.markdown import md
+
 from .planted import cell_ids, inner_env, matrix_pytest_argv, run_matrix_pytest, write_fake_matrix
 
 BACKENDS = ["A_ATTN", "B_ATTN", "C_ATTN", "D_ATTN"]
@@ -100,16 +102,20 @@ def test_killed_run_is_reported_from_its_journal_and_resumed_without_rerunning(
     assert rebuilt.stderr == ""
     xmlschema.XMLSchema(SCHEMA).validate(out / "junit.xml")
     cases = {case.name: case for suite in JUnitXml.fromfile(str(out / "junit.xml")) for case in suite}
-    assert sorted(cases) == sorted(CELLS)
+    assert sorted(cases) == sorted([*CELLS, "run::incomplete"])
+    # Every consumer counts skipped as green: the killed run itself is one red testcase.
+    assert cases["run::incomplete"].is_error
+    assert f"{len(not_run)} of {len(CELLS)} planned cells not run" in (cases["run::incomplete"].result[0].message or "")
     skipped = sorted(name for name, case in cases.items() if any(isinstance(r, Skipped) for r in case.result))
     assert skipped == sorted(not_run)
     assert all("not run" in case.result[0].message for name, case in cases.items() if name in not_run)
     document = json.loads((out / "matrix.json").read_text())
     assert [cell["id"] for cell in document["cells"]] == done
-    assert document["not_run"] == not_run
+    assert [item["id"] for item in document["not_run"]] == not_run
+    assert document["summary"]["ok"] is False and document["runs"][0]["incomplete"] is True
     markdown = (out / "matrix.md").read_text()
-    assert f"{len(not_run)} not run" in markdown
-    assert all(ident in markdown for ident in not_run)
+    assert f"{len(not_run)} planned but not run" in markdown and "did not complete" in markdown
+    assert all(md(ident) in markdown for ident in not_run)
 
     journaled_before = {path.name: path.read_text() for path in (out / "journal").glob("*.jsonl")}
 

@@ -34,7 +34,7 @@ BAD_INPUTS: dict[str, tuple[str | bytes, str]] = {
     "notjson.json": ("{not json", "not JSON"),
     "list.json": ("[1, 2]", "expected a JSON object"),
     "schema.json": (json.dumps({"schema": "other/9", "cells": []}), "'other/9' is not a known report schema"),
-    "norun.json": (json.dumps({"schema": "dflash-matrix/1", "cells": []}), "run: missing"),
+    "norun.json": (json.dumps({"schema": "dflash-matrix/2", "cells": []}), "runs: missing"),
     "badcell.json": (
         json.dumps({"schema": "dflash-matrix/1", "run": {"lane": "gpu"}, "cells": [{**CELL, "verdict": "great"}]}),
         "cells[0]: verdict 'great' is not one of",

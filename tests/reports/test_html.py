@@ -6,8 +6,9 @@ import json
 import re
 from pathlib import Path
 
+from harness.reports.build import render_reports
 from harness.reports.inputs import load_inputs
-from harness.reports.merge import merge, render_merged
+from harness.reports.merge import merge
 
 from .shards import DEFAULT_ENV, cell, write_shard
 
@@ -20,8 +21,8 @@ def _html(tmp_path: Path) -> str:
         [cell(verdict="crash", expected="pass", message=HOSTILE), cell(sink=True)],
         env={**DEFAULT_ENV, "device": "GPU <b>bold</b> & </script>"},
     )
-    report, junit = merge(load_inputs([shard]))
-    return render_merged(report, junit)["matrix.html"].decode()
+    report = merge(load_inputs([shard]))
+    return render_reports(report)["matrix.html"].decode()
 
 
 def test_the_page_loads_nothing_from_anywhere(tmp_path: Path) -> None:
