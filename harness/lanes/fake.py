@@ -9,7 +9,8 @@ every kind of fault and check the harness reports each one exactly::
 Actions: pass (default), abort, segfault, exit, hang, raise, mismatch, reject,
 substitute, lose-request, unavailable, poison (passes, but marks its process as
 untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
-take that long, so a test can kill a run while it is mid-matrix. It never stands in
+take that long, so a test can kill a run while it is mid-matrix. ``device = "fake-h100"`` and
+``vllm_version = "0.33.0"`` are reported in the run's environment as a real lane reports its own. It never stands in
 for a real lane's evidence.
 """
 
@@ -58,10 +59,20 @@ class FakeLane:
         if isinstance(sleep_s, bool) or not isinstance(sleep_s, int | float) or sleep_s < 0:
             raise InputError(matrix.path, "options.sleep_s", f"{sleep_s!r} is not a number of seconds")
         self.sleep_s = float(sleep_s)
+        # Reports of several runs (devices, vLLM versions) are tested without GPUs: the fake lane
+        # reports the device and vLLM version its matrix names, under the keys the real lanes use.
+        self.run_environment = {"device": "none"}
+        for option, key in (("device", "device"), ("vllm_version", "vllm")):
+            value = matrix.options.get(option)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise InputError(matrix.path, f"options.{option}", f"{value!r} is not a non-empty string")
+            self.run_environment[key] = value
         self.pid = os.getpid()
 
     def environment(self) -> Mapping[str, str]:
-        return {"platform": "fake", "device": "none", "python": platform.python_version()}
+        return {"platform": "fake", **self.run_environment, "python": platform.python_version()}
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         action = self.actions.get(cell.id, "pass")
