@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from harness.cli import main
 from harness.reports.build import render_reports
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
 
-from .shards import DEFAULT_ENV, cell, write_shard
+from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
 HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 HOSTILE_DEVICE = "GPU <i>x</i> </script>"
@@ -127,3 +128,30 @@ def test_search_and_paging(page: Any) -> None:
     page.click("#more")
     assert _rows(page) == 254 and page.inner_text("#count-shown") == "254"
     assert page.locator("#more").is_hidden()
+
+
+@pytest.fixture(scope="module")
+def single_run_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """matrix.html of one run, as `dflash-matrix report` rebuilds it from a killed run's journal."""
+    root = tmp_path_factory.mktemp("single")
+    cells = [cell(), cell(sink=True, verdict="unsupported"), cell("TRITON_ATTN", verdict="mismatch", expected="pass")]
+    planned = [c.id for c in cells] + ["FLEX_ATTENTION-causal-nosink"]
+    journal = write_journal(root / "journal" / "gw0.jsonl", cells, planned=planned, ended=False)
+    assert main(["report", str(journal), "--out", str(root / "out")]) == 0
+    return root / "out" / "matrix.html"
+
+
+def test_a_single_run_writes_its_own_page(browser: Any, single_run_page: Path) -> None:
+    opened = browser.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    opened.goto(single_run_page.as_uri())
+    assert problems == []
+    assert opened.inner_text("#count-total") == "3" and _rows(opened) == 3
+    # The run was killed: the page says so before anything else, and the runs table names its state.
+    assert "did not complete" in opened.inner_text("#incomplete")
+    assert opened.inner_text("#runs td.state") == "killed or timed out"
+    assert opened.locator(".grid th.col", has_text="NVIDIA H100 · vLLM 0.33.0").count() == 1
+    opened.select_option("#f-outcome", "missed")
+    assert _rows(opened) == 1 and "mismatch" in opened.inner_text("#cells tbody tr")
+    opened.close()
