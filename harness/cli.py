@@ -19,6 +19,8 @@ from harness.errors import EXIT_BAD_INPUT, InputError
 PROG = "dflash-matrix"
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("cells", "harness.commands.cells"),
+    ("run", "harness.commands.run"),
+    ("bisect", "harness.commands.bisect"),
     ("report", "harness.commands.report"),
     ("merge", "harness.commands.merge"),
     ("diff", "harness.commands.diff"),

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.bundled import matrix_path
 from harness.errors import EXIT_BAD_INPUT, InputError
 from harness.expectations import ExpectationSet, describe_release, describe_stale, expectations_for
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, now_iso, read_journals
@@ -33,7 +34,7 @@ REPORT_FILES = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("dflash-matrix", "DFlash compatibility matrix")
-    group.addoption("--matrix", metavar="PATH", help="matrix file whose cells become test items")
+    group.addoption("--matrix", metavar="PATH", help="matrix file, or a shipped matrix by name")
     group.addoption("--report-dir", metavar="DIR", help="journal and reports go here (default: reports/<matrix name>)")
     group.addoption("--resume", action="store_true", help="keep the journal and skip cells it already holds")
     group.addoption(
@@ -84,9 +85,7 @@ class MatrixRun:
             },
             planned,
         )
-        self.runner = CellRunner(
-            self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env
-        )
+        self.runner = CellRunner(self.matrix, plants=self.config.getoption("plant"), on_environment=self.journal.env)
 
     def run(self, cell: Cell) -> tuple[CellResult, bool]:
         if cell.id in self.resumed:
@@ -112,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not path:
         return
     try:
-        matrix = load_matrix(path)
+        matrix = load_matrix(matrix_path(path))
         expectations = expectations_for(matrix, installed_vllm())
     except InputError as error:
         pytest.exit(f"dflash-matrix: {error.line()}", returncode=EXIT_BAD_INPUT)

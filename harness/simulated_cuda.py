@@ -3,8 +3,8 @@
 The selection lane asks vLLM's own CUDA code which attention backend a DFlash draft gets on
 SM80/SM90/SM100/SM120. That code runs on a CPU-only host once three things hold, in order:
 
-1. ``libcuda.so.1`` resolves (vLLM's CUDA extensions link against it): a stub built from
-   ``harness/native/libcuda_stub.c`` must be on ``LD_LIBRARY_PATH``;
+1. ``libcuda.so.1`` resolves (vLLM's CUDA extensions link against it): a driver or tox's
+   stub on ``LD_LIBRARY_PATH``, else the stub ``harness.stub_driver`` builds and loads;
 2. the process environment is pinned *before vLLM is imported*: several vLLM modules read
    it at import time (see ``SimulatedGpu.environment``);
 3. ``vllm.platforms._current_platform`` is a ``CudaPlatform`` whose device queries answer
@@ -19,7 +19,6 @@ refuses a second, different one.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import socket
@@ -27,7 +26,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-STUB_LIBRARY = "libcuda.so.1"
+from harness.stub_driver import STUB_LIBRARY, StubBuildError, load_libcuda
+
 _STUB_MARKER = "dflash_matrix_libcuda_stub"
 _DEVICE_MEMORY_BYTES = 80 << 30
 
@@ -154,13 +154,9 @@ def install(gpu: SimulatedGpu) -> Installed:
 
 def _load_libcuda() -> str:
     try:
-        library = ctypes.CDLL(STUB_LIBRARY)
-    except OSError:
-        raise SimulationError(
-            f"{STUB_LIBRARY} cannot be loaded: build harness/native/libcuda_stub.c with "
-            "gcc -shared -fPIC -Wl,-soname,libcuda.so.1 and put its folder on LD_LIBRARY_PATH "
-            "(tox -e selection does both)"
-        ) from None
+        library = load_libcuda()
+    except (OSError, StubBuildError) as error:
+        raise SimulationError(f"{STUB_LIBRARY} cannot be loaded: {error}") from None
     return "stub" if hasattr(library, _STUB_MARKER) else "driver"
 
 

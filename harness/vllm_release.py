@@ -20,3 +20,46 @@ def installed_vllm() -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def vllm_provenance(distribution: str = "vllm") -> dict[str, str]:
+    """Where the installed vLLM came from, for the run object: beyond its version, the wheel
+    file or URL, the source path or the commit, and any dependency overrides it was installed
+    with. Read from the install itself (PEP 610's direct_url.json, the version's local label,
+    ``harness.vllm_install``'s record), so a user's own env is described as well as tox's."""
+    import json
+    import re
+    import sys
+    from pathlib import Path
+
+    from harness.vllm_install import INSTALL_RECORD
+
+    facts: dict[str, str] = {}
+    try:
+        dist = importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return facts
+    direct = json.loads(dist.read_text("direct_url.json") or "null")
+    if isinstance(direct, dict):
+        url = str(direct.get("url", ""))
+        vcs = direct.get("vcs_info") or {}
+        if vcs.get("commit_id"):
+            facts["vllm_commit"] = str(vcs["commit_id"])
+        if (direct.get("dir_info") or {}).get("editable"):
+            facts["vllm_source"] = f"editable {url}"
+        else:
+            facts["vllm_source"] = url
+    # Source builds carry their commit in the local label (0.34.0.dev12+g1a2b3c4d).
+    label = re.search(r"\+g([0-9a-f]{7,40})\b", dist.version)
+    if label and "vllm_commit" not in facts:
+        facts["vllm_commit"] = label.group(1)
+    record_path = Path(sys.prefix) / INSTALL_RECORD
+    if record_path.exists():
+        record = json.loads(record_path.read_text())
+        if record.get("requirements"):
+            facts["vllm_requirement"] = " ".join(record["requirements"])
+        if record.get("overrides"):
+            facts["vllm_overrides"] = " ".join(record["overrides"])
+        if "vllm_source" not in facts and (record.get("vllm_source") or {}).get("url"):
+            facts["vllm_source"] = str(record["vllm_source"]["url"])
+    return facts

@@ -44,6 +44,7 @@ from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner import POISONED
 from harness.stages import Stage
+from harness.vllm_release import vllm_provenance
 
 LANE = "gpu"
 # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
@@ -230,7 +231,6 @@ class GraphForward:
         return capture_and_replay(captured.run, refill, graphs)
 
 
-
 def _cuda_healthy() -> bool:
     import torch
 
@@ -239,8 +239,6 @@ def _cuda_healthy() -> bool:
     except Exception:
         return False
     return True
-
-
 
 
 def _version(dist: str) -> str:
@@ -282,6 +280,7 @@ class GpuLane:
             "flashinfer_trtllm_kernels": _flashinfer_trtllm(),
             VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
             "python": platform.python_version(),
+            **vllm_provenance(),
         }
 
     def _device_capability(self) -> str:

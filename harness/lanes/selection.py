@@ -39,6 +39,7 @@ from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Failure, Observation, one_line
 from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.stages import Stage
+from harness.vllm_release import vllm_provenance
 
 NAME = "selection"
 # Axes this lane varies, and the value each takes when a matrix leaves it out.
@@ -181,6 +182,7 @@ class SelectionLane:
                 env[distribution] = importlib.metadata.version(distribution)
             except importlib.metadata.PackageNotFoundError:
                 env[distribution] = "not installed"
+        env.update(vllm_provenance())
         if self.options.target_backend:
             env["target_backend"] = self.options.target_backend
         return env

@@ -1,0 +1,168 @@
+"""One venv per vLLM release, built on demand, reused, and bounded in number (vLLM is ~9 GB).
+
+Used by ``dflash-matrix bisect``: each release is installed once (``harness/vllm_install.py``,
+so torch is the CUDA build the release pins), the requested cells run there through
+``dflash-matrix run`` with this harness on ``PYTHONPATH``, and the least recently used env is
+deleted before a new one would exceed ``keep``. An env counts as built only once its marker
+file is written after a successful install: an interrupted build is deleted, never trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import venv
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.bisect import Signature, Uninstallable
+
+HARNESS = Path(__file__).resolve().parent
+COMPLETE = ".dflash-complete"
+# What `dflash-matrix run` needs beside vLLM (pyproject's dependencies and test extra).
+HARNESS_REQUIREMENTS = (
+    "junitparser>=5.0",
+    "defusedxml>=0.7",
+    "jinja2>=3.1",
+    "packaging>=23.0",
+    "pytest>=8.0,<9.2",
+    "pytest-xdist>=3.5",
+)
+
+
+def offered_releases(python: str = sys.executable, project: str = "vllm") -> tuple[str, ...]:
+    """The versions the configured package index offers, asked of pip (never a fixed list)."""
+    done = subprocess.run(
+        [python, "-m", "pip", "index", "versions", project], capture_output=True, text=True, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.strip().startswith("Available versions:"):
+            return tuple(v.strip() for v in line.split(":", 1)[1].split(",") if v.strip())
+    raise RuntimeError(f"pip could not list the versions of {project}: {_last_error(done.stderr)}")
+
+
+def _last_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and "is ignored" not in line]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["no output"])[-1 if not errors else 0]
+
+
+def directory_size(path: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+@dataclass
+class ReleaseEnvs:
+    root: Path
+    keep: int = 2
+    requirement: str = "vllm=={release}"  # the pip requirement for a release
+    reuse: Mapping[str, Path] = field(default_factory=dict)  # existing envs, never deleted
+    log: list[dict[str, object]] = field(default_factory=list)
+    peak_bytes: int = 0
+    _used: list[Path] = field(default_factory=list)  # this run's envs, least recently used first
+
+    def env_for(self, release: str) -> Path | Uninstallable:
+        if release in self.reuse:
+            return self.reuse[release]
+        env = self.root / "envs" / f"vllm-{release}"
+        if (env / COMPLETE).exists():
+            self._use(env)
+            return env
+        shutil.rmtree(env, ignore_errors=True)  # a build that never finished
+        self._evict(room_for=1)
+        started = time.monotonic()
+        venv.EnvBuilder(with_pip=True, symlinks=True).create(env)
+        python = str(env / "bin" / "python")
+        requirement = self.requirement.format(release=release)
+        done = subprocess.run(
+            [python, str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+        seconds = round(time.monotonic() - started, 1)
+        if done.returncode != 0:
+            shutil.rmtree(env, ignore_errors=True)
+            reason = _last_error(done.stderr)
+            self.log.append({"release": release, "installed": False, "install_s": seconds, "reason": reason})
+            return Uninstallable(release, reason)
+        size = directory_size(env)
+        self.peak_bytes = max(self.peak_bytes, self._envs_size())
+        (env / COMPLETE).write_text(json.dumps({"requirement": requirement, "bytes": size}) + "\n")
+        self.log.append({"release": release, "installed": True, "install_s": seconds, "env_bytes": size})
+        self._use(env)
+        return env
+
+    def _use(self, env: Path) -> None:
+        if env in self._used:
+            self._used.remove(env)
+        self._used.append(env)
+
+    def _built(self) -> list[Path]:
+        folder = self.root / "envs"
+        found = [env for env in folder.iterdir() if (env / COMPLETE).exists()] if folder.exists() else []
+        # Envs of earlier runs first (oldest first), then this run's in the order it used them.
+        return sorted(
+            found,
+            key=lambda env: (self._used.index(env) if env in self._used else -1, (env / COMPLETE).stat().st_mtime),
+        )
+
+    def _envs_size(self) -> int:
+        folder = self.root / "envs"
+        return directory_size(folder) if folder.exists() else 0
+
+    def _evict(self, room_for: int) -> None:
+        built = self._built()
+        while built and len(built) + room_for > self.keep:
+            shutil.rmtree(built.pop(0), ignore_errors=True)
+
+    def clean(self) -> None:
+        shutil.rmtree(self.root / "envs", ignore_errors=True)
+
+
+def harness_path(root: Path) -> Path:
+    """A folder holding only this harness package, for the lane env's PYTHONPATH."""
+    shim = root / "harness-path"
+    link = shim / "harness"
+    if not link.exists():
+        shim.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(HARNESS, target_is_directory=True)
+    return shim
+
+
+def run_cells(env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path) -> Mapping[str, Signature]:
+    """Run ``cells`` of ``matrix`` in ``env`` and read their verdicts and messages back."""
+    shutil.rmtree(report_dir, ignore_errors=True)
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(harness_path(root)),
+        # Each release keeps its own vLLM cache: releases write the same files with other fields.
+        "VLLM_CACHE_ROOT": str(env / "vllm-cache"),
+    }
+    selection = " or ".join(cells)
+    command = [str(env / "bin" / "python"), "-m", "harness.cli", "run", str(matrix), "--report-dir", str(report_dir)]
+    subprocess.run(
+        [*command, "--", "-q", "-k", selection],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    report = report_dir / "matrix.json"
+    if not report.exists():
+        return {}
+    data = json.loads(report.read_text())
+    return {cell["id"]: (str(cell["verdict"]), str(cell.get("message") or "")) for cell in data["cells"]}

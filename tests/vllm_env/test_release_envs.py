@@ -1,0 +1,76 @@
+"""Release envs for bisect: built once, reused, bounded in number; a half-built env is never trusted."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import release_envs
+from harness.bisect import Uninstallable
+from harness.release_envs import COMPLETE, ReleaseEnvs
+
+
+class FakeInstaller:
+    def __init__(self, broken: tuple[str, ...] = ()):
+        self.broken = broken
+        self.installs: list[str] = []
+
+    def create(self, env: Path) -> None:
+        (env / "bin").mkdir(parents=True)
+        (env / "bin" / "python").write_text("")
+
+    def run(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        requirement = command[2]
+        self.installs.append(requirement)
+        Path(command[0]).parent.parent.joinpath("lib.bin").write_bytes(b"x" * 1000)
+        if requirement in self.broken:
+            return subprocess.CompletedProcess(command, 1, "", "WARNING: x\nERROR: No matching distribution found\n")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+
+@pytest.fixture
+def installer(monkeypatch: pytest.MonkeyPatch) -> FakeInstaller:
+    fake = FakeInstaller(broken=("vllm==0.34.0",))
+    monkeypatch.setattr(
+        release_envs.venv, "EnvBuilder", lambda **kw: type("B", (), {"create": staticmethod(fake.create)})
+    )
+    monkeypatch.setattr(release_envs.subprocess, "run", fake.run)
+    return fake
+
+
+def test_envs_are_reused_and_at_most_keep_exist(tmp_path: Path, installer: FakeInstaller) -> None:
+    envs = ReleaseEnvs(tmp_path, keep=2)
+    first = envs.env_for("0.24.0")
+    assert isinstance(first, Path) and (first / COMPLETE).exists()
+    assert envs.env_for("0.24.0") == first and installer.installs == ["vllm==0.24.0"]
+    envs.env_for("0.28.0")
+    envs.env_for("0.24.0")  # now the most recently used
+    envs.env_for("0.30.0")  # evicts 0.28.0, the least recently used
+    assert sorted(p.name for p in (tmp_path / "envs").iterdir()) == ["vllm-0.24.0", "vllm-0.30.0"]
+    assert envs.peak_bytes > 0 and [entry["release"] for entry in envs.log] == ["0.24.0", "0.28.0", "0.30.0"]
+
+
+def test_an_install_that_fails_is_named_and_removed(tmp_path: Path, installer: FakeInstaller) -> None:
+    envs = ReleaseEnvs(tmp_path, keep=2)
+    answer = envs.env_for("0.34.0")
+    assert answer == Uninstallable("0.34.0", "ERROR: No matching distribution found")
+    assert not (tmp_path / "envs" / "vllm-0.34.0").exists()
+
+
+def test_a_half_built_env_is_rebuilt_not_trusted(tmp_path: Path, installer: FakeInstaller) -> None:
+    interrupted = tmp_path / "envs" / "vllm-0.25.0"
+    (interrupted / "bin").mkdir(parents=True)  # a bisect killed mid-install: no marker
+    env = ReleaseEnvs(tmp_path).env_for("0.25.0")
+    assert env == interrupted and installer.installs == ["vllm==0.25.0"] and (env / COMPLETE).exists()
+
+
+def test_a_reused_env_is_neither_built_nor_deleted(tmp_path: Path, installer: FakeInstaller) -> None:
+    mine = tmp_path / "my-env"
+    envs = ReleaseEnvs(tmp_path / "cache", keep=1, reuse={"0.33.0": mine})
+    assert envs.env_for("0.33.0") == mine
+    envs.env_for("0.24.0")
+    envs.env_for("0.25.0")
+    assert installer.installs == ["vllm==0.24.0", "vllm==0.25.0"]
