@@ -36,6 +36,10 @@ class SimulationError(RuntimeError):
     """The simulated platform cannot be installed in this process (one clear reason)."""
 
 
+class NotSimulatable(SimulationError):
+    """This install cannot be made to show the asked-for state (a fact of the release, not a crash)."""
+
+
 @dataclass(frozen=True)
 class SimulatedGpu:
     """One simulated GPU generation.
@@ -120,9 +124,10 @@ def install(gpu: SimulatedGpu) -> Installed:
             "its modules bind current_platform and read the environment at import"
         )
     if not gpu.flashinfer_cubin and importlib.util.find_spec("flashinfer_cubin") is not None:
-        raise SimulationError(
-            "flashinfer_cubin is installed, so vLLM reports cubins available whatever "
-            "flashinfer_cubin=false asks for; run that cell in an env without it"
+        # vLLM up to 0.2x requires flashinfer-cubin; its has_flashinfer_cubin() then answers yes.
+        raise NotSimulatable(
+            "flashinfer_cubin is installed (this vLLM release requires it), so vLLM reports the cubins "
+            "available whatever flashinfer_cubin=false asks for"
         )
     libcuda = _load_libcuda()
     os.environ.update(gpu.environment(closed_loopback_url()))

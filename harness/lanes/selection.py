@@ -37,7 +37,7 @@ from harness.errors import InputError
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Failure, Observation, one_line
-from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
+from harness.simulated_cuda import NotSimulatable, SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.stages import Stage
 from harness.vllm_release import vllm_provenance
 
@@ -190,7 +190,10 @@ class SelectionLane:
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         started = time.perf_counter()
         stage_log(Stage.CONFIG)
-        session = self._session_for(cell)
+        try:
+            session = self._session_for(cell)
+        except NotSimulatable as why:
+            return Observation(requested_backend=cell.requested_backend, unavailable=str(why))
         observation = session.observe(cell, stage_log)
         return _with_duration(observation, time.perf_counter() - started)
 

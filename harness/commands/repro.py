@@ -1,0 +1,108 @@
+"""Write a standalone script that reproduces one cell of a report (vLLM, torch and stdlib only).
+
+    dflash-matrix repro CELL_ID --report reports/selection --out repro.py
+
+The script carries the cell, its expectation and the recorded environment; run in an env
+with vLLM it prints what it observes and what was expected, and exits 1 when the cell's
+failure reproduces (the observed verdict is not the expected one), 0 otherwise: ready to
+paste into an upstream issue. Selection-lane cells only, for now.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.atomic import write_atomic
+from harness.bundled import matrix_path
+from harness.errors import InputError
+from harness.matrix import load_matrix
+from harness.stub_driver import SOURCE as STUB_SOURCE
+
+TEMPLATES = {"selection": Path(__file__).resolve().parent.parent / "repro" / "selection_cell.py.tmpl"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("cell", metavar="CELL_ID", help="the cell to reproduce")
+    parser.add_argument("--report", required=True, metavar="DIR", help="report folder (or its matrix.json)")
+    parser.add_argument("--out", required=True, metavar="FILE.py", help="where to write the script")
+
+
+def _report(path: Path) -> dict[str, Any]:
+    file = path / "matrix.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except FileNotFoundError:
+        raise InputError(file, "", "no such report (give a report folder holding matrix.json)") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise InputError(file, "", f"not a matrix.json report: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(data.get("run"), dict):
+        raise InputError(file, "", "not a matrix.json report (needs run and cells)")
+    return data
+
+
+def _options(run: dict[str, Any]) -> dict[str, Any]:
+    """The lane options the cell ran with, from the run's matrix where it can still be read."""
+    for candidate in (run.get("matrix_path"), run.get("matrix")):
+        if isinstance(candidate, str) and matrix_path(candidate).exists():
+            return dict(load_matrix(matrix_path(candidate)).options)
+    return {}
+
+
+def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
+    cells = {cell.get("id"): cell for cell in report["cells"] if isinstance(cell, dict)}
+    if cell_id not in cells:
+        raise InputError(source, "cells", f"the report has no cell {cell_id!r}")
+    cell, run = cells[cell_id], report["run"]
+    lane = str(cell.get("lane") or run.get("lane"))
+    if lane not in TEMPLATES:
+        raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
+    options = _options(run)
+    payload = {
+        "id": cell_id,
+        "axes": cell["axes"],
+        "expected": cell["expected"],
+        "expected_message": cell.get("expected_message"),
+        "verdict": cell["verdict"],
+        "message": cell.get("message") or "",
+        "head_dim": int(options.get("head_dim", 128)),
+        "target_backend": options.get("target_backend"),
+    }
+    facts = [
+        ("vLLM", run.get("vllm_version")),
+        ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
+        ("vLLM commit", run.get("vllm_commit")),
+        ("dependency overrides", run.get("vllm_overrides")),
+        ("torch", run.get("torch_version")),
+        ("platform", run.get("platform")),
+        ("device", run.get("device")),
+        ("recorded", f"{cell['verdict']} (expected {cell['expected']}): {payload['message']}"),
+    ]
+    environment = "\n".join(f"    {name}: {value}" for name, value in facts if value)
+    name = out_name
+    command = (
+        f"pip install vllm=={run.get('vllm_version')}  # or the wheel/commit above; then: python {name}"
+        if run.get("vllm_version")
+        else f"python {name}"
+    )
+    text = TEMPLATES[lane].read_text()
+    replacements = {
+        "__TITLE__": f"Repro of dflash-matrix cell {cell_id} ({lane} lane)",
+        "__ENVIRONMENT__": environment,
+        "__COMMAND__": command,
+        "__CELL_JSON__": repr(json.dumps(payload)),
+        "__STUB_C__": repr(STUB_SOURCE.read_text()),
+    }
+    for marker, value in replacements.items():
+        text = text.replace(marker, value)
+    return text
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    text = script_for(_report(Path(args.report)), args.cell, args.report, out.name)
+    write_atomic(out, text.encode())
+    print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
+    return 0

@@ -1,0 +1,87 @@
+"""The repro writer: a standalone script per cell that imports only vLLM, torch and the stdlib."""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+CELL = {
+    "id": "sm90-TRITON_ATTN-causal-sink-nocubin-v2",
+    "lane": "selection",
+    "axes": {
+        "capability": "9.0",
+        "backend": "TRITON_ATTN",
+        "causal": True,
+        "sink": True,
+        "flashinfer_cubin": False,
+        "loader": "v2",
+    },
+    "verdict": "wrong-backend",
+    "expected": "pass",
+    "expected_message": None,
+    "message": "draft layers carry FLASH_ATTN, the platform selects TRITON_ATTN",
+}
+RUN = {
+    "lane": "selection",
+    "vllm_version": "0.24.0",
+    "torch_version": "2.11.0+cu130",
+    "device": "simulated SM90",
+    "matrix": "selection",
+    "vllm_requirement": "vllm==0.24.0",
+}
+
+
+def _report(folder: Path, cells: list[dict[str, object]]) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/1", "run": RUN, "cells": cells}))
+    return folder
+
+
+def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = _report(tmp_path / "report", [CELL])
+    out = tmp_path / "repro.py"
+    assert main(["repro", CELL["id"], "--report", str(report), "--out", str(out)]) == 0
+    text = out.read_text()
+    tree = ast.parse(text)
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    } | {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert imported - set(sys.stdlib_module_names) == {"vllm", "torch"}
+    assert "__" + "CELL_JSON__" not in text and "vLLM: 0.24.0" in text and "vllm==0.24.0" in text
+    namespace: dict[str, object] = {}
+    exec(compile(text.split("\ndef load_libcuda", 1)[0], "repro", "exec"), namespace)
+    assert namespace["CELL"] == {
+        "id": CELL["id"],
+        "axes": CELL["axes"],
+        "expected": "pass",
+        "expected_message": None,
+        "verdict": "wrong-backend",
+        "message": CELL["message"],
+        "head_dim": 128,
+        "target_backend": None,
+    }
+    assert "cuCtxGetCurrent" in str(namespace["STUB_C"])
+
+
+@pytest.mark.parametrize(
+    ("cells", "cell", "fragment"),
+    [
+        ([CELL], "sm90-NOPE", "the report has no cell 'sm90-NOPE'"),
+        ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "cpu lane"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cells: list[dict[str, object]], cell: str, fragment: str
+) -> None:
+    report = _report(tmp_path / "report", cells)
+    out = tmp_path / "repro.py"
+    assert main(["repro", cell, "--report", str(report), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0] and not out.exists()
+    assert main(["repro", cell, "--report", str(tmp_path / "missing"), "--out", str(out)]) == 2
