@@ -6,12 +6,13 @@ import ast
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.cli import main
 
-CELL = {
+CELL: dict[str, Any] = {
     "id": "sm90-TRITON_ATTN-causal-sink-nocubin-v2",
     "lane": "selection",
     "axes": {
@@ -37,7 +38,7 @@ RUN = {
 }
 
 
-def _report(folder: Path, cells: list[dict[str, object]]) -> Path:
+def _report(folder: Path, cells: list[dict[str, Any]]) -> Path:
     folder.mkdir(exist_ok=True)
     (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/1", "run": RUN, "cells": cells}))
     return folder
@@ -77,7 +78,7 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], cells: list[dict[str, object]], cell: str, fragment: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cells: list[dict[str, Any]], cell: str, fragment: str
 ) -> None:
     report = _report(tmp_path / "report", cells)
     out = tmp_path / "repro.py"
