@@ -28,7 +28,6 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from harness.matrix import Cell, expand, load_matrix
-from harness.runner import process_key
 
 
 def _qwen3(head_dim: int, **extra: object) -> dict[str, object]:
@@ -198,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     matrix = load_matrix(args.matrix)
-    cells = [cell for cell in expand(matrix) if process_key(matrix, cell) == args.key]
+    cells = [cell for cell in expand(matrix) if matrix.process_key(cell) == args.key]
     if not cells:
         sys.stderr.write(f"bare_selection: {args.matrix}: no cells have process key {args.key!r}\n")
         return 2

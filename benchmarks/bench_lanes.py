@@ -52,7 +52,6 @@ from typing import Any
 
 from benchmarks.stage_timers import DETAILS_KEY, irreducible_s
 from harness.matrix import expand, load_matrix
-from harness.runner import process_key
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_TARGETS = {"cost_vs_irreducible": 3.0, "harness_vs_bare": 1.25, "speedup_n2": 1.6}
@@ -401,7 +400,7 @@ def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     matrix = load_matrix(matrix_path)
     by_key: dict[str, list[str]] = {}
     for cell in expand(matrix):
-        by_key.setdefault(process_key(matrix, cell), []).append(cell.id)
+        by_key.setdefault(matrix.process_key(cell), []).append(cell.id)
     keys = args.keys or sorted(by_key)
     unknown = [key for key in keys if key not in by_key]
     if unknown:

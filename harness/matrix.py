@@ -24,24 +24,25 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [tolerance]
     bfloat16 = 2e-2
 
-    [options]           # free-form, read by the lane
-    head_dim = 32
+    [options]           # the lane's options, declared in harness/lanes/contracts.py
+    seed = 1
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
 from harness.covering import Covering, cover
 from harness.errors import InputError
+from harness.lanes.contract import Contract
+from harness.lanes.contracts import CONTRACTS, LANES
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
-LANES = ("cpu", "selection", "gpu", "fake")
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
 _TOP_KEYS = ("matrix", "axes", "cover", "exclude", "tolerance", "options")
@@ -99,6 +100,25 @@ class Matrix:
         """Product and covered axes: every axis a cell of this matrix has a value for."""
         return self.axes + self.cover
 
+    @property
+    def contract(self) -> Contract:
+        return CONTRACTS[self.lane]
+
+    @property
+    def lane_options(self) -> Any:
+        """The [options] table as the lane's typed options dataclass (checked when loaded)."""
+        return self.contract.read_options(self.path, self.options)
+
+    def process_key(self, cell: Cell) -> str:
+        """Cells with different keys need different cell processes (the lane's contract says which)."""
+        return self.contract.process_key(cell.values)
+
+    def with_options(self, overrides: Mapping[str, Any]) -> Matrix:
+        """This matrix with some [options] replaced (planted-fault runs), checked as a file's would be."""
+        options = {**self.options, **overrides}
+        self.contract.read_options(self.path, options)
+        return replace(self, options=options)
+
 
 def load_matrix(path: str | Path) -> Matrix:
     path = Path(path)
@@ -131,6 +151,8 @@ def load_matrix(path: str | Path) -> Matrix:
     options = raw.get("options", {})
     if not isinstance(options, dict):
         raise InputError(path, "options", "must be a table")
+    # What the lane cannot run is a mistake in this file, refused here, before any cell process.
+    CONTRACTS[lane].check(path, dict(axes + covered), options)
     matrix = Matrix(
         path=path,
         name=name,

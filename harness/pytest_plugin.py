@@ -25,7 +25,7 @@ from harness.expectations import ExpectationSet, describe_release, describe_stal
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, now_iso, read_journals
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.result import CellResult, decide
-from harness.runner import CellRunner, lane_groups_cells, process_key
+from harness.runner import CellRunner, lane_groups_cells
 from harness.vllm_release import installed_vllm
 
 JOURNAL_DIR = "journal"
@@ -140,11 +140,11 @@ class MatrixFile(pytest.File):
         run = self.config.stash[_RUN]
         group = lane_groups_cells(run.matrix)
         cells = expand(run.matrix)
-        for cell in sorted(cells, key=lambda c: process_key(run.matrix, c)):
+        for cell in sorted(cells, key=run.matrix.process_key):
             item = CellItem.from_parent(self, name=cell.id, cell=cell)
             if group:
                 # Keep cells of one process key on one xdist worker: its cell process stays warm.
-                item.add_marker(pytest.mark.xdist_group(name=process_key(run.matrix, cell)))
+                item.add_marker(pytest.mark.xdist_group(name=run.matrix.process_key(cell)))
             yield item
         stale = describe_stale(run.expectations, cells)
         yield StaleExpectationsItem.from_parent(self, name="expectations-stale", stale=stale)
@@ -161,7 +161,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadGroupScheduling
 
-    keys = {cell.id: process_key(run.matrix, cell) for cell in expand(run.matrix)}
+    keys = {cell.id: run.matrix.process_key(cell) for cell in expand(run.matrix)}
 
     class ProcessKeyScheduling(LoadGroupScheduling):
         def _split_scope(self, nodeid: str) -> str:

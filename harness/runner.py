@@ -8,7 +8,8 @@ stops answering the cell is a `timeout`; either way the child is replaced and th
 next cell runs. This works the same with and without pytest-xdist.
 
 Lanes whose cached state depends on a cell axis (the selection lane's simulated
-capability) expose ``process_key(cell)``; cells with another key get another child.
+capability) say so in their contract's ``key`` (``harness.lanes.contracts``); cells with
+another process key get another child.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.expectations import expectations_for
+from harness.lanes.protocol import Lane
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Failure, Observation, one_line
 from harness.result import CellResult, decide
@@ -48,21 +50,19 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 POISONED = "process_poisoned"
 
 
-def process_key(matrix: Matrix, cell: Cell) -> str:
-    module = importlib.import_module(f"harness.lanes.{matrix.lane}")
-    keyer: Callable[[Cell], str] | None = getattr(module, "process_key", None)
-    return keyer(cell) if keyer else matrix.lane
-
-
 def lane_groups_cells(matrix: Matrix) -> bool:
     """True when the matrix's cells need more than one kind of cell process (xdist loadgroup).
 
     A lane whose cells all share one key (the cpu lane) is served warm by any worker's cell
     process; grouping would put every cell on one worker and leave the others idle."""
+    return len({matrix.process_key(cell) for cell in expand(matrix)}) > 1
+
+
+def create_lane(matrix: Matrix) -> Lane:
+    """The lane's module is imported here, in the cell process only: it may import vLLM."""
     module = importlib.import_module(f"harness.lanes.{matrix.lane}")
-    if not hasattr(module, "process_key"):
-        return False
-    return len({process_key(matrix, cell) for cell in expand(matrix)}) > 1
+    lane: Lane = module.create(matrix)
+    return lane
 
 
 def thread_environment() -> dict[str, str]:
@@ -108,15 +108,11 @@ def _serve(
     _die_with_parent(parent)
     # Before the lane imports anything: OpenMP and torch read their thread counts at start-up.
     os.environ.update(environment)
-    from harness.lanes import create_lane
-
     def stage_log(stage: Stage) -> None:
         stage_slot.value = STAGES.index(stage.value)
 
     try:
-        matrix = load_matrix(matrix_path)
-        if options:
-            matrix = dataclasses.replace(matrix, options={**matrix.options, **options})
+        matrix = load_matrix(matrix_path).with_options(options)
         lane = create_lane(matrix)
         for plant in plants:
             _resolve(plant)(lane)
@@ -289,7 +285,7 @@ class CellRunner:
         return self._child
 
     def run(self, cell: Cell) -> Observation:
-        key = process_key(self.matrix, cell)
+        key = self.matrix.process_key(cell)
         for _ in range(2):
             child = self._ready_child(key)
             if isinstance(child, str):
@@ -367,6 +363,8 @@ def run_matrix(
     """
     if not isinstance(matrix, Matrix):
         matrix = load_matrix(matrix)
+    if options:
+        matrix = matrix.with_options(options)  # a bad override is refused here, before any cell process
     expectations = expectations_for(matrix, installed_vllm())
     cells = expand(matrix)
     if cell_ids is not None:
@@ -377,7 +375,7 @@ def run_matrix(
         cells = tuple(cell for cell in cells if cell.id in wanted)
     runner = CellRunner(matrix, plants, options=options)
     try:
-        ordered = sorted(cells, key=lambda c: process_key(matrix, c))
+        ordered = sorted(cells, key=matrix.process_key)
         return [decide(cell, runner.run(cell), expectations.for_cell(cell)) for cell in ordered]
     finally:
         runner.close()

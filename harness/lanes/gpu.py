@@ -26,11 +26,9 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import InputError
 from harness.gpu_devices import (
     VISIBLE_DEVICES,
     DeviceRefusal,
@@ -39,72 +37,13 @@ from harness.gpu_devices import (
     is_sticky_cuda_error,
     query_environment,
 )
+from harness.lanes.contracts import GPU, GpuOptions
 from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner import POISONED
 from harness.stages import Stage
 from harness.vllm_release import vllm_provenance
-
-LANE = "gpu"
-# A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
-AXES = (
-    "capability",
-    "backend",
-    "causal",
-    "sink",
-    "sliding_window",
-    "dtype",
-    "kv_cache_dtype",
-    "loader",
-    "cudagraph",
-)
-OPTIONS = ("seed", "context_lens", "head_dim", "kv_fp8_tolerance")
-
-
-@dataclass(frozen=True)
-class GpuOptions:
-    seed: int = 0
-    context_lens: tuple[int, ...] = (37, 70, 3)
-    # 128: a head size every CUDA backend serves (FlashInfer and its TRT-LLM kernels take
-    # 64/128/256 only), as real DFlash drafts use.
-    head_dim: int = 128
-    # fp8 (e4m3) K/V carry ~3 significant bits; the reference rounds K and V the same way,
-    # but backends that also quantize the query (FlashAttention 3) add error of their own.
-    kv_fp8_tolerance: float = 0.1
-
-
-def _read_options(matrix: Matrix) -> GpuOptions:
-    for name, _ in matrix.all_axes:
-        if name not in AXES:
-            raise InputError(matrix.path, f"axes.{name}", "the gpu lane cannot vary this axis", AXES)
-    options = matrix.options
-    for key in options:
-        if key not in OPTIONS:
-            raise InputError(matrix.path, f"options.{key}", "unknown gpu lane option", OPTIONS)
-
-    def integer(key: str, default: int, minimum: int) -> int:
-        value = options.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InputError(matrix.path, f"options.{key}", f"{value!r} is not an integer >= {minimum}")
-        return value
-
-    lens = options.get("context_lens", list(GpuOptions.context_lens))
-    if (
-        not isinstance(lens, list)
-        or not lens
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lens)
-    ):
-        raise InputError(matrix.path, "options.context_lens", f"{lens!r} is not a non-empty list of token counts")
-    tolerance = options.get("kv_fp8_tolerance", GpuOptions.kv_fp8_tolerance)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or tolerance <= 0:
-        raise InputError(matrix.path, "options.kv_fp8_tolerance", f"{tolerance!r} is not a positive number")
-    return GpuOptions(
-        seed=integer("seed", 0, 0),
-        context_lens=tuple(lens),
-        head_dim=integer("head_dim", GpuOptions.head_dim, 8),
-        kv_fp8_tolerance=float(tolerance),
-    )
 
 
 def require_device() -> None:
@@ -249,11 +188,11 @@ def _version(dist: str) -> str:
 
 
 class GpuLane:
-    name = LANE
+    name = GPU.name
 
     def __init__(self, matrix: Matrix):
         self.matrix = matrix
-        self.options = _read_options(matrix)
+        self.options: GpuOptions = matrix.lane_options
         require_device()
 
     def environment(self) -> Mapping[str, str]:
@@ -264,7 +203,7 @@ class GpuLane:
         major, minor = torch.cuda.get_device_capability(0)
         properties = torch.cuda.get_device_properties(0)
         return {
-            "lane": LANE,
+            "lane": GPU.name,
             "vllm": _version("vllm"),
             "torch": torch.__version__,
             "flashinfer": _version("flashinfer-python"),
@@ -342,10 +281,10 @@ class GpuLane:
                 ),
             )
         process = _process(self.options.head_dim)
-        kv_cache_dtype = str(cell.get("kv_cache_dtype", "auto"))
+        kv_cache_dtype = str(GPU.value(cell.values, "kv_cache_dtype"))
         shape = EngineShape(kv_cache_dtype=kv_cache_dtype)
         query_len = shape.num_speculative_tokens + 1
-        graph = cell.get("cudagraph", "eager") == "graph"
+        graph = GPU.value(cell.values, "cudagraph") == "graph"
         tokens = query_len * len(self.options.context_lens)
 
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.axes import AxisValue, capability_token
-from harness.errors import InputError
+from harness.axes import capability_token
+from harness.lanes.contracts import SELECTION, SelectionOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Failure, Observation, one_line
@@ -41,81 +41,14 @@ from harness.simulated_cuda import NotSimulatable, SimulatedGpu, allow_host_flas
 from harness.stages import Stage
 from harness.vllm_release import vllm_provenance
 
-NAME = "selection"
-# Axes this lane varies, and the value each takes when a matrix leaves it out.
-AXIS_DEFAULTS: Mapping[str, AxisValue] = {
-    "flashinfer_cubin": False,
-    "loader": "v2",
-    "dtype": "bfloat16",
-    "kv_cache_dtype": "auto",
-}
-REQUIRED_AXES = ("capability", "backend", "causal", "sink")
-# Every axis the lane can vary; any other (a family axis it does not build yet) is a file error.
-LANE_AXES = (*REQUIRED_AXES, "sliding_window", *AXIS_DEFAULTS, "cudagraph")
-# Values of axes the lane cannot express: it builds no runnable engine and no windowed draft.
-UNSUPPORTED_VALUES: Mapping[str, tuple[object, ...]] = {"cudagraph": ("graph",)}
-_OPTION_KEYS = ("head_dim", "target_backend")
 # Enum members that are no decoder backend at all (ViT-only tag, third-party placeholder).
 NOT_DECODER_BACKENDS = ("TORCH_SDPA", "CUSTOM")
 _REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
 _NO_DRIVER = "Found no NVIDIA driver"
 
 
-def process_key(cell: Cell) -> str:
-    """Cells that may share one cell process: same capability, same FlashInfer cubin setting."""
-    cubin = cell.get("flashinfer_cubin", AXIS_DEFAULTS["flashinfer_cubin"])
-    return f"{capability_token(str(cell.get('capability')))}-{'cubin' if cubin else 'nocubin'}"
-
-
 def gpu_for(cell: Cell) -> SimulatedGpu:
-    return SimulatedGpu(
-        str(cell.get("capability")), bool(cell.get("flashinfer_cubin", AXIS_DEFAULTS["flashinfer_cubin"]))
-    )
-
-
-@dataclass(frozen=True)
-class Options:
-    """The [options] table of a selection matrix.
-
-    head_dim:       head size of the target and draft checkpoints (and of the selection calls).
-    target_backend: the target's --attention-backend, which the pre-#46770 loader let the
-                    draft inherit; None leaves the target on auto-selection.
-    """
-
-    head_dim: int = 128
-    target_backend: str | None = None
-
-
-def read_options(matrix: Matrix) -> Options:
-    raw = dict(matrix.options)
-    for key in raw:
-        if key not in _OPTION_KEYS:
-            raise InputError(matrix.path, f"options.{key}", "unknown option of the selection lane", _OPTION_KEYS)
-    head_dim = raw.get("head_dim", Options.head_dim)
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim <= 0:
-        raise InputError(matrix.path, "options.head_dim", f"{head_dim!r} is not a positive head size")
-    target = raw.get("target_backend")
-    if target is not None and (not isinstance(target, str) or not target):
-        raise InputError(matrix.path, "options.target_backend", "must be a backend name such as FLASHINFER")
-    return Options(head_dim=head_dim, target_backend=target)
-
-
-def check_axes(matrix: Matrix) -> None:
-    axes = dict(matrix.all_axes)
-    for name in axes:
-        if name not in LANE_AXES:
-            raise InputError(matrix.path, f"axes.{name}", "the selection lane cannot vary this axis", LANE_AXES)
-    for name in REQUIRED_AXES:
-        if name not in axes:
-            raise InputError(matrix.path, f"axes.{name}", "the selection lane needs this axis", REQUIRED_AXES)
-    if any(window for window in axes.get("sliding_window", ())):
-        raise InputError(matrix.path, "axes.sliding_window", "the selection lane builds no windowed draft", ("0",))
-    for name, refused in UNSUPPORTED_VALUES.items():
-        for value in axes.get(name, ()):
-            if value in refused:
-                raise InputError(
-                    matrix.path, f"axes.{name}", f"{value!r} needs a runnable engine; the selection lane builds none"
-                )
+    return SimulatedGpu(str(cell.get("capability")), bool(SELECTION.value(cell.values, "flashinfer_cubin")))
 
 
 def rejection_reasons(error: ValueError) -> tuple[str, ...]:
@@ -148,12 +81,11 @@ class _Selection:
 
 
 class SelectionLane:
-    name = NAME
+    name = SELECTION.name
 
     def __init__(self, matrix: Matrix):
-        check_axes(matrix)
         self.matrix = matrix
-        self.options = read_options(matrix)
+        self.options: SelectionOptions = matrix.lane_options
         self.backends = frozenset(str(b) for b in dict(matrix.axes)["backend"])
         self._session: _Session | None = None
         self._startup_error: BaseException | None = None
@@ -172,7 +104,7 @@ class SelectionLane:
     def environment(self) -> Mapping[str, str]:
         capabilities = sorted({str(c) for c in dict(self.matrix.axes)["capability"]}, key=lambda c: float(c))
         env = {
-            "lane": NAME,
+            "lane": SELECTION.name,
             "platform": "CudaPlatform, simulated (no GPU, no kernels run)",
             # One run covers every generation its matrix lists, one cell process each.
             "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
@@ -226,7 +158,7 @@ class _Session:
     """Everything that touches vLLM, for one simulated GPU in one process: imported once,
     checkpoints written once, distributed state initialised once, reused by every cell."""
 
-    def __init__(self, gpu: SimulatedGpu, options: Options, matrix_backends: frozenset[str]):
+    def __init__(self, gpu: SimulatedGpu, options: SelectionOptions, matrix_backends: frozenset[str]):
         self.gpu = gpu
         self.options = options
         self.installed = install(gpu)
@@ -335,7 +267,7 @@ class _Session:
     # -- one cell ---------------------------------------------------------
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         requested = cell.requested_backend
-        loader = str(cell.get("loader", AXIS_DEFAULTS["loader"]))
+        loader = str(SELECTION.value(cell.values, "loader"))
         details: dict[str, Any] = {
             "simulated": self.installed.gpu.device_name,
             "flashinfer_cubin": self.gpu.flashinfer_cubin,
@@ -398,8 +330,8 @@ class _Session:
         """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
         wanted: dict[str, Any] = {
             "head_size": self.options.head_dim,
-            "dtype": getattr(self.apis.torch, str(cell.get("dtype", AXIS_DEFAULTS["dtype"]))),
-            "kv_cache_dtype": str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
+            "dtype": getattr(self.apis.torch, str(SELECTION.value(cell.values, "dtype"))),
+            "kv_cache_dtype": str(SELECTION.value(cell.values, "kv_cache_dtype")),
             "block_size": None,
             "has_sink": bool(cell.get("sink")),
             "use_non_causal": not bool(cell.get("causal")),
@@ -481,8 +413,8 @@ class _Session:
             "speculative_config": speculative,
             "load_format": "dummy",
             "skip_tokenizer_init": True,
-            "dtype": str(cell.get("dtype", AXIS_DEFAULTS["dtype"])),
-            "kv_cache_dtype": str(cell.get("kv_cache_dtype", AXIS_DEFAULTS["kv_cache_dtype"])),
+            "dtype": str(SELECTION.value(cell.values, "dtype")),
+            "kv_cache_dtype": str(SELECTION.value(cell.values, "kv_cache_dtype")),
             "max_model_len": 1024,
             "enforce_eager": True,
         }

@@ -34,7 +34,7 @@ def test_expansion_is_the_product_of_the_axes_in_file_order(tmp_path: Path) -> N
 def test_ids_follow_the_fixed_axis_order_whatever_the_file_order(tmp_path: Path) -> None:
     text = """
 [matrix]
-lane = "selection"
+lane = "fake"
 [axes]
 sink = [false]
 dtype = ["float16"]
@@ -104,10 +104,10 @@ def test_tolerance_comes_from_the_cell_dtype(tmp_path: Path) -> None:
 
 def test_options_and_expectations_path_are_read(tmp_path: Path) -> None:
     text = (
-        BASIC_MATRIX.replace("[matrix]\n", '[matrix]\nexpectations = "sub/e.toml"\n') + "\n[options]\nhead_dim = 32\n"
+        BASIC_MATRIX.replace("[matrix]\n", '[matrix]\nexpectations = "sub/e.toml"\n') + "\n[options]\nseed = 32\n"
     )
     matrix = load_matrix(write(tmp_path, "m.toml", text))
-    assert matrix.options == {"head_dim": 32}
+    assert matrix.options == {"seed": 32}
     assert matrix.expectations_path == tmp_path / "sub" / "e.toml"
     assert matrix.name == "basic"
 

@@ -221,7 +221,7 @@ def test_markdown_grid(journal: Path, tmp_path: Path) -> None:
 def test_markdown_counts_cells_that_other_axes_split(tmp_path: Path) -> None:
     text = BASIC_MATRIX.replace('dtype = ["bfloat16"]', 'dtype = ["bfloat16", "float16", "float32"]')
     text = text.replace('backend = ["CPU_ATTN", "FLASH_ATTN"]', 'backend = ["CPU_ATTN"]')
-    text = text.replace("[axes]\n", '[axes]\ncapability = ["8.0", "9.0"]\n')
+    text = text.replace("[axes]\n", '[axes]\ncapability = ["8.0", "9.0"]\n').replace('lane = "cpu"', 'lane = "gpu"')
     cells = _cells(tmp_path, text)
     results = [
         result(
@@ -230,7 +230,7 @@ def test_markdown_counts_cells_that_other_axes_split(tmp_path: Path) -> None:
         )
         for cell in cells.values()
     ]
-    path = write_journal(tmp_path / "main.jsonl", results, list(cells))
+    path = write_journal(tmp_path / "main.jsonl", results, list(cells), lane="gpu")
     md_text = _reports(path, tmp_path / "out")["matrix.md"].read_text()
     # The compute capability is a column (the GPU generation), dtype is counted inside an entry.
     columns = "| x86\\_64 · vLLM 0.32.0 · sm 8.0 | x86\\_64 · vLLM 0.32.0 · sm 9.0 |"

@@ -68,12 +68,12 @@ def _matrix(tmp_path: Path, options: str) -> Path:
 
 
 def test_options_are_checked_with_one_line(tmp_path: Path) -> None:
-    good = gpu._read_options(load_matrix(_matrix(tmp_path, "head_dim = 64\nkv_fp8_tolerance = 0.2")))
+    good = load_matrix(_matrix(tmp_path, "head_dim = 64\nkv_fp8_tolerance = 0.2")).lane_options
     assert (good.head_dim, good.kv_fp8_tolerance) == (64, 0.2)
     with pytest.raises(InputError, match=r"options.heads: unknown gpu lane option \(valid: seed, context_lens"):
-        gpu._read_options(load_matrix(_matrix(tmp_path, "heads = 2")))
+        load_matrix(_matrix(tmp_path, "heads = 2"))
     with pytest.raises(InputError, match=r"options\.kv_fp8_tolerance: -1 is not a positive number"):
-        gpu._read_options(load_matrix(_matrix(tmp_path, "kv_fp8_tolerance = -1")))
+        load_matrix(_matrix(tmp_path, "kv_fp8_tolerance = -1"))
 
 
 def test_the_lane_refuses_to_start_without_a_cuda_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

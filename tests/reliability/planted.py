@@ -159,6 +159,11 @@ def abort_sinks_in_forward(lane: Any) -> None:
     lane.observe = planted
 
 
+def fail_to_start(lane: Any) -> None:
+    """A plant: the lane cannot start in its cell process, as one whose vLLM import fails would."""
+    raise RuntimeError("planted: this lane cannot start here")
+
+
 def hang_at_startup(lane: Any) -> None:
     """A plant: the cell process never reports ready, as a vLLM import stuck on a lock would."""
     while True:

@@ -56,14 +56,14 @@ def test_process_that_died_between_cells_is_replaced_without_blaming_the_next_ce
 
 
 def test_lane_that_cannot_start_fails_every_cell_at_config_with_the_reason(tmp_path: Path) -> None:
-    path = write_fake_matrix(tmp_path, "broken", ["A_ATTN"], {"A_ATTN-causal-sink": "explode"})
+    path = write_fake_matrix(tmp_path, "broken", ["A_ATTN"])
 
-    results = run_matrix(path)
+    results = run_matrix(path, plants=[f"{__package__}.planted:fail_to_start"])
 
     assert [r.id for r in results] == CELLS
     assert {r.verdict for r in results} == {Verdict.CRASH}
     assert {r.stage for r in results} == {Stage.CONFIG}
-    assert all("unknown fake actions ['explode']" in r.message for r in results)
+    assert all("RuntimeError: planted: this lane cannot start here" in r.message for r in results)
 
 
 def test_poisoned_process_is_retired_after_its_cell(tmp_path: Path) -> None:

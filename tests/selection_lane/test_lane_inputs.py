@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from harness.errors import InputError
-from harness.lanes.selection import create, process_key, rejection_reasons
+from harness.lanes.contracts import SELECTION
+from harness.lanes.selection import create, rejection_reasons
 from harness.matrix import expand, load_matrix
 from harness.simulated_cuda import SimulatedGpu, SimulationError, closed_loopback_url, install
 
@@ -31,10 +32,10 @@ ONE_CELL = 'capability = ["9.0"]\nbackend = ["auto"]\ncausal = [true]\nsink = [t
 
 def test_one_process_per_capability_and_cubin_setting() -> None:
     cells = expand(load_matrix(SHIPPED))
-    keys = {process_key(cell) for cell in cells}
+    keys = {SELECTION.process_key(cell.values) for cell in cells}
     assert keys == {f"sm{cap}-{cubin}" for cap in ("80", "90", "100", "120") for cubin in ("cubin", "nocubin")}
     for cell in cells:
-        assert process_key(cell).startswith(cell.id.split("-")[0])
+        assert SELECTION.process_key(cell.values).startswith(cell.id.split("-")[0])
 
 
 def test_rejection_reasons_are_read_from_vllms_message() -> None:

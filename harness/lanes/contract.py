@@ -1,0 +1,186 @@
+"""What a lane can run, as data: the axes it varies, the values they may take, and its options.
+
+Each lane declares one ``Contract`` (``harness/lanes/contracts.py``); everything else is derived
+from it, as nox derives its command line from ``_option_set.py``: the matrix check that every
+process runs in ``load_matrix`` (so ``pytest --matrix``, ``dflash-matrix cells`` and tox refuse a
+matrix the lane cannot run before any cell process starts), the valid choices each refusal
+names, the defaults of axes a matrix leaves out, the lane's typed options, and which cells
+share a cell process. An option is a field of the lane's frozen options dataclass, declared
+with ``option(default, check, help)``: the field carries its own check.
+
+Imports neither vLLM nor torch (nor the matrix model: the contract reads plain mappings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.axes import AXES_BY_NAME, AXIS_NAMES, AxisValue
+from harness.errors import InputError
+
+# Turns a TOML value into the option's value, or raises OptionValueError.
+Check = Callable[[object], Any]
+
+
+class OptionValueError(ValueError):
+    """A value an option does not accept; the message says what would be valid."""
+
+    def __init__(self, problem: str, choices: tuple[str, ...] = ()):
+        super().__init__(problem)
+        self.choices = choices
+
+
+def option(default: Any, check: Check, help: str) -> Any:
+    """A field of a lane's options dataclass that carries its own check and help."""
+    metadata = {"check": check, "help": help}
+    if isinstance(default, dict):  # each options object gets its own table
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def integer(minimum: int) -> Check:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise OptionValueError(f"{value!r} is not an integer >= {minimum}")
+        return value
+
+    return check
+
+
+def positive_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise OptionValueError(f"{value!r} is not a positive number")
+    return float(value)
+
+
+def seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise OptionValueError(f"{value!r} is not a number of seconds")
+    return float(value)
+
+
+def token_counts(value: object) -> tuple[int, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in value)
+    ):
+        raise OptionValueError(f"{value!r} is not a non-empty list of token counts")
+    return tuple(value)
+
+
+def backend_name(value: object) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise OptionValueError(f"{value!r} is not a backend name", ("an AttentionBackendEnum member such as FLASHINFER",))
+
+
+def text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise OptionValueError(f"{value!r} is not a non-empty string")
+    return value
+
+
+def table_of(choices: tuple[str, ...], keys: str) -> Check:
+    """A table of ``<keys> = one of choices``."""
+
+    def check(value: object) -> Mapping[str, str]:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise OptionValueError(f"must be a table of {keys} = name", choices)
+        unknown = sorted(set(value.values()) - set(choices))
+        if unknown:
+            raise OptionValueError(f"{', '.join(map(repr, unknown))} is not allowed", choices)
+        return dict(value)
+
+    return check
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """A lane without options."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """An axis the lane takes, but only with these values: anything else it cannot express."""
+
+    values: tuple[AxisValue, ...]
+    why: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A lane's contract.
+
+    name:     the lane's name, ``[matrix] lane`` in a matrix file.
+    axes:     the axes the lane can vary; any other axis in its matrix is a mistake in the file.
+    required: axes its matrices must have (beyond the ones every matrix has).
+    defaults: the value an axis takes in a cell when its matrix leaves the axis out, where the
+              axis itself has none (``harness.axes``) or the lane's differs.
+    limits:   axes the lane takes only with certain values.
+    options:  the frozen dataclass of its ``[options]`` table (fields made with ``option``).
+    key:      which cell process a cell needs (``process_key``); cells with another key get
+              another process. The default: one process serves every cell.
+    """
+
+    name: str
+    axes: tuple[str, ...] = AXIS_NAMES
+    required: tuple[str, ...] = ()
+    defaults: Mapping[str, AxisValue] = field(default_factory=dict)
+    limits: Mapping[str, Limit] = field(default_factory=dict)
+    options: type = NoOptions
+    key: Callable[[Mapping[str, AxisValue]], str] | None = None
+
+    @property
+    def option_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self.options))
+
+    def check(self, path: Path, axes: Mapping[str, tuple[AxisValue, ...]], raw_options: Mapping[str, Any]) -> Any:
+        """Refuse, as one InputError, what a matrix asks of this lane that it cannot run; else
+        return the typed options."""
+        for name in axes:
+            if name not in self.axes:
+                raise InputError(path, f"axes.{name}", f"the {self.name} lane cannot vary this axis", self.axes)
+        for name in self.required:
+            if name not in axes:
+                raise InputError(path, f"axes.{name}", f"the {self.name} lane needs this axis", self.required)
+        for name, limit in self.limits.items():
+            for value in axes.get(name, ()):
+                if value not in limit.values:
+                    raise InputError(path, f"axes.{name}", f"{value!r}: {limit.why}", map(_toml, limit.values))
+        return self.read_options(path, raw_options)
+
+    def read_options(self, path: Path, raw: Mapping[str, Any]) -> Any:
+        names = self.option_names
+        for key in raw:
+            if key not in names:
+                raise InputError(path, f"options.{key}", f"unknown {self.name} lane option", names)
+        values = {}
+        for declared in dataclasses.fields(self.options):
+            if declared.name not in raw:
+                continue
+            try:
+                values[declared.name] = declared.metadata["check"](raw[declared.name])
+            except OptionValueError as error:
+                raise InputError(path, f"options.{declared.name}", str(error), error.choices) from None
+        return self.options(**values)
+
+    def value(self, cell: Mapping[str, AxisValue], axis: str) -> AxisValue | None:
+        """The cell's value on ``axis``; where its matrix leaves the axis out, the lane's default,
+        else the axis's own (``harness.axes``)."""
+        if axis in cell:
+            return cell[axis]
+        return self.defaults.get(axis, AXES_BY_NAME[axis].default)
+
+    def process_key(self, cell: Mapping[str, AxisValue]) -> str:
+        return self.name if self.key is None else self.key(cell)
+
+
+def _toml(value: AxisValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, str) else str(value)

@@ -1,0 +1,152 @@
+"""Every lane's contract (``harness.lanes.contract``): declared here once, as data.
+
+Imported by every process that loads a matrix, so it imports neither vLLM nor torch: a lane's
+own module (which does, lazily) reads its options and defaults from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from harness.axes import AxisValue, capability_token
+from harness.lanes.contract import (
+    Contract,
+    Limit,
+    backend_name,
+    integer,
+    option,
+    positive_number,
+    seconds,
+    table_of,
+    text,
+    token_counts,
+)
+
+_CONTEXT_LENS_HELP = "context tokens already in the paged KV cache, one request each"
+_SEED_HELP = "added to each cell's id-derived seed, to draw other inputs"
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    seed: int = option(0, integer(0), _SEED_HELP)
+    context_lens: tuple[int, ...] = option((37, 70, 3), token_counts, _CONTEXT_LENS_HELP)
+
+
+CPU = Contract(
+    name="cpu",
+    # CpuPlatform has no compute capability, no CUDA graphs and no FlashInfer.
+    axes=("backend", "causal", "sink", "sliding_window", "dtype", "kv_cache_dtype", "loader"),
+    defaults={"dtype": "bfloat16", "loader": "v2"},
+    options=CpuOptions,
+)
+
+
+@dataclass(frozen=True)
+class GpuOptions:
+    seed: int = option(0, integer(0), _SEED_HELP)
+    context_lens: tuple[int, ...] = option((37, 70, 3), token_counts, _CONTEXT_LENS_HELP)
+    # 128: a head size every CUDA backend serves (FlashInfer and its TRT-LLM kernels take
+    # 64/128/256 only), as real DFlash drafts use.
+    head_dim: int = option(128, integer(8), "head size of the target and draft checkpoints")
+    # fp8 (e4m3) K/V carry ~3 significant bits; the reference rounds K and V the same way,
+    # but backends that also quantize the query (FlashAttention 3) add error of their own.
+    kv_fp8_tolerance: float = option(0.1, positive_number, "max abs error of cells with an fp8 KV cache")
+
+
+GPU = Contract(
+    name="gpu",
+    # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
+    axes=(
+        "capability",
+        "backend",
+        "causal",
+        "sink",
+        "sliding_window",
+        "dtype",
+        "kv_cache_dtype",
+        "loader",
+        "cudagraph",
+    ),
+    defaults={"dtype": "bfloat16", "loader": "v2"},
+    options=GpuOptions,
+)
+
+
+@dataclass(frozen=True)
+class SelectionOptions:
+    head_dim: int = option(128, integer(1), "head size of the target and draft checkpoints and the selector calls")
+    target_backend: str | None = option(
+        None,
+        backend_name,
+        "the target's --attention-backend, which the pre-#46770 loader let the draft inherit (None: auto)",
+    )
+
+
+def _selection_process(cell: Mapping[str, AxisValue]) -> str:
+    """vLLM caches selection helpers without the capability in their key, and FlashInfer's
+    cubin setting is read at import: one process per (capability, cubin) pair."""
+    cubin = SELECTION.value(cell, "flashinfer_cubin")
+    return f"{capability_token(str(cell.get('capability')))}-{'cubin' if cubin else 'nocubin'}"
+
+
+SELECTION = Contract(
+    name="selection",
+    # Not the family's axes (method, layers, head_size, ...): it builds no such draft yet.
+    axes=(
+        "capability",
+        "backend",
+        "causal",
+        "sink",
+        "sliding_window",
+        "dtype",
+        "kv_cache_dtype",
+        "loader",
+        "cudagraph",
+        "flashinfer_cubin",
+    ),
+    required=("capability", "backend", "causal", "sink"),
+    defaults={"flashinfer_cubin": False, "loader": "v2", "dtype": "bfloat16"},
+    limits={
+        "sliding_window": Limit((0,), "the selection lane builds no windowed draft"),
+        "cudagraph": Limit(("eager",), "needs a runnable engine; the selection lane builds none"),
+    },
+    options=SelectionOptions,
+    key=_selection_process,
+)
+
+FAKE_ACTIONS = (
+    "pass",
+    "abort",
+    "segfault",
+    "exit",
+    "hang",
+    "raise",
+    "mismatch",
+    "reject",
+    "substitute",
+    "lose-request",
+    "unavailable",
+    "poison",
+)
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    actions: Mapping[str, str] = option({}, table_of(FAKE_ACTIONS, "cell id"), "what to do per cell id (default pass)")
+    sleep_s: float = option(0.0, seconds, "how long each forward stage takes")
+    device: str | None = option(None, text, "the device the run reports (as a real lane reports its own)")
+    vllm_version: str | None = option(None, text, "the vLLM version the run reports")
+
+
+def _fake_process(cell: Mapping[str, AxisValue]) -> str:
+    """Cells of different capabilities get different processes, as on the selection lane, so
+    the runner's per-key process handling can be tested without vLLM."""
+    capability = cell.get("capability")
+    return "fake" if capability is None else f"fake-{capability_token(capability)}"
+
+
+FAKE = Contract(name="fake", options=FakeOptions, key=_fake_process)
+
+CONTRACTS: Mapping[str, Contract] = {contract.name: contract for contract in (CPU, SELECTION, GPU, FAKE)}
+LANES: tuple[str, ...] = tuple(CONTRACTS)
