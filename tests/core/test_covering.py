@@ -24,10 +24,11 @@ context = ["short", "long"]
 draft_kv_cache_dtype = ["target", "fp8"]
 """
 
+# The fake lane varies every axis; the real lanes refuse the family's axes they do not build yet.
 BIG_PRODUCT = """
 [matrix]
 name = "big"
-lane = "selection"
+lane = "fake"
 
 [axes]
 capability = ["8.0", "9.0", "10.0", "12.0"]
@@ -150,7 +151,7 @@ def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, f
 
 @pytest.mark.parametrize("lane", ["cpu", "selection", "gpu"])
 def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str) -> None:
-    text = BIG_PRODUCT.replace('lane = "selection"', f'lane = "{lane}"') + '[cover]\nlayers = ["uniform", "mixed"]\n'
+    text = BIG_PRODUCT.replace('lane = "fake"', f'lane = "{lane}"') + '[cover]\nlayers = ["uniform", "mixed"]\n'
     if lane == "cpu":
         text = text.replace('capability = ["8.0", "9.0", "10.0", "12.0"]\n', "")
     with pytest.raises(InputError) as raised:
