@@ -41,7 +41,7 @@ def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
     lines = ["# DFlash attention-backend compatibility", ""]
     summary = report.summary()
     lines.append(
-        f"{summary['cells']} cells from {summary['runs']} runs; "
+        f"{summary['cells']} cells from {summary['runs']} run{'' if summary['runs'] == 1 else 's'}; "
         + ", ".join(f"{v.value} {summary['verdicts'][v.value]}" for v in _verdicts(summary))
         + f"; {summary['outcomes'].get('match', 0)} as expected, "
         f"{summary['cells'] - summary['outcomes'].get('match', 0)} not"

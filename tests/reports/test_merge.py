@@ -69,12 +69,19 @@ def test_xdist_workers_of_one_run_merge_into_one_run(tmp_path: Path) -> None:
 def test_conflicting_duplicates_keep_the_worse_verdict_and_are_listed(tmp_path: Path) -> None:
     write_shard(tmp_path / "try1", [cell("TRITON_ATTN")])
     write_shard(tmp_path / "try2", [cell("TRITON_ATTN", verdict="crash", expected="pass", message="boom")])
-    data, _ = _merged(tmp_path / "try1" / "matrix.json", tmp_path / "try2" / "matrix.json")
+    try1, try2 = tmp_path / "try1" / "matrix.json", tmp_path / "try2" / "matrix.json"
+    data, _ = _merged(try1, try2)
     (kept,) = data["cells"]
     assert kept["verdict"] == "crash" and kept["conflict"]["kept"] == "crash"
     (conflict,) = data["conflicts"]
     assert conflict["verdicts"] == ["pass", "crash"] and conflict["kept"] == "crash"
     assert data["summary"]["ok"] is False
+    # The dashboards see the conflict in the testcase itself, under the verdict line.
+    (case,) = list(next(iter(JUnitXml.fromstring(render_junit(merge(load_inputs([try1, try2])))))))
+    assert case.is_error
+    assert (case.system_out or "").splitlines()[1] == (
+        f"conflict: inputs disagree: pass ({try1}), crash ({try2}); the worse, crash, is kept"
+    )
 
 
 def test_conflicting_junit_testcases_keep_the_worse_status(tmp_path: Path) -> None:
