@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from benchmarks import stage_timers
+from harness.lanes.cpu import CPU_BLOCK_SIZE
 from harness.matrix import Cell, expand, load_matrix
 
 
@@ -68,7 +69,7 @@ class BareProcess:
         from harness.attention import draft as vllm_draft
         from harness.attention.cell import draft_attention_config
         from harness.attention.checkpoint import DraftSpec, write_draft
-        from harness.attention.paged import Batch, prepare_layer, random_inputs
+        from harness.attention.paged import Batch, random_inputs, run_eager
         from harness.attention.reference import reference_attention
 
         stage_timers.take()
@@ -79,7 +80,9 @@ class BareProcess:
         truth = self.drafts[spec]
         dtype_name = str(cell.get("dtype", "bfloat16"))
         dtype = getattr(torch, dtype_name)
-        engine = vllm_draft.EngineShape(kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")))
+        engine = vllm_draft.EngineShape(
+            kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")), block_size=CPU_BLOCK_SIZE
+        )
         config = vllm_draft.engine_config(self.target_path, truth.path, cell.requested_backend, dtype_name, engine)
         if dtype_name not in self.targets:
             target_config = vllm_draft.engine_config(self.target_path, truth.path, None, dtype_name, engine)
@@ -90,17 +93,18 @@ class BareProcess:
             draft = vllm_draft.load_draft(
                 str(cell.get("loader", "v2")), self.targets[dtype_name], config, torch.device("cpu")
             )
+            layers = vllm_draft.attention_layers(draft.model)
+            vllm_draft.settle_kv_cache(config, layers)
             # The metadata builders get the engine's config with the draft's causality and backend.
             attention_config = draft_attention_config(config, truth, cell.requested_backend)
             batch = Batch(query_len=engine.num_speculative_tokens + 1)
             shape = truth.shape
-            for index, attn in enumerate(vllm_draft.attention_layers(draft.model)):
+            for index, attn in enumerate(layers):
                 lap = time.perf_counter()
                 inputs = random_inputs(batch, shape.heads, shape.kv_heads, shape.head_dim, dtype, cell.seed + index)
-                prepared = prepare_layer(
+                output = run_eager(
                     attn, attention_config, batch, inputs, draft.causal[index], torch.device("cpu"), lambda stage: None
                 )
-                output = prepared.run()
                 laps[f"forward_{index}"] = time.perf_counter() - lap
                 lap = time.perf_counter()
                 expected = reference_attention(

@@ -178,8 +178,7 @@ _PROFILE_BUCKETS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "  of which gc.collect": (("~", "<built-in method gc.collect>"),),
     "forward: metadata, cache, kernel": (
-        ("harness/attention/paged.py", "prepare_layer"),
-        ("harness/attention/paged.py", "run"),
+        ("harness/attention/paged.py", "run_eager"),
     ),
     "compare: fp32 reference": (("harness/attention/reference.py", "reference_attention"),),
 }

@@ -13,6 +13,7 @@ Three jobs, all before any process touches CUDA:
   generations belong to other runners and are deselected (pytest reports how many). A
   generation the matrix does not list is refused, never run against no expectations.
 
+Its report header also says what FlashInfer will compile on first use (``harness.flashinfer_jit``).
 The device facts (name, capability, driver and CUDA versions) reach the JUnit testsuite
 properties and matrix.json's ``run`` object through the lane's ``environment()``.
 """
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from harness import flashinfer_jit
 from harness.errors import EXIT_BAD_INPUT, InputError
 from harness.gpu_devices import (
     EXIT_NO_DEVICE,
@@ -115,6 +117,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_header(config: pytest.Config) -> list[str]:
     inventory = config.stash.get(_INVENTORY, None)
     return [f"dflash-matrix gpu: {inventory.describe()}"] if inventory is not None else []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Said once, before the first cell and whatever the verbosity: a FlashInfer cell might
+    otherwise spend its timeout compiling, with nobody told why."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and session.config.stash.get(_INVENTORY, None) is not None:
+        reporter.write_line(f"dflash-matrix gpu: {flashinfer_jit.status()}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

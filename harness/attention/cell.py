@@ -13,7 +13,7 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,7 +23,7 @@ import torch
 from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.paged import Batch, Inputs
 from harness.matrix import Cell
-from harness.observation import Observation, one_line
+from harness.observation import Claim, Observation, one_line
 from harness.stages import Stage, StageLog
 
 # KV-cache dtypes the reference rounds K and V through: the harness's own reading of the
@@ -50,10 +50,19 @@ class LayerForward(Protocol):
         """Why vLLM would not run this layer this way (None: it would)."""
         ...
 
+    def batches(self, batch: Batch) -> tuple[Batch, ...]:
+        """The batches this forward runs, given the cell's batch."""
+        ...
+
     def run(
-        self, attn: Any, attention_config: Any, batch: Batch, inputs: Inputs, causal: bool, stage_log: StageLog
-    ) -> torch.Tensor:
-        """The layer's output for ``inputs``; logs METADATA then FORWARD."""
+        self,
+        attn: Any,
+        attention_config: Any,
+        runs: Sequence[tuple[Batch, Inputs]],
+        causal: bool,
+        stage_log: StageLog,
+    ) -> list[torch.Tensor]:
+        """The layer's output for each (batch, inputs); logs METADATA then FORWARD."""
         ...
 
 
@@ -72,8 +81,8 @@ class CellSetup:
 
 
 class EagerForward:
-    """The layer's backend call, run once. On a GPU it is synchronised, so an asynchronous
-    CUDA error surfaces in the forward stage that caused it, not at the comparison."""
+    """The layer's backend call, run once on the cell's batch. On a GPU it is synchronised, so
+    an asynchronous CUDA error surfaces in the forward stage that caused it, not at the comparison."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -81,17 +90,23 @@ class EagerForward:
     def refusal(self, attn: Any, attention_config: Any) -> str | None:
         return None
 
-    def run(
-        self, attn: Any, attention_config: Any, batch: Batch, inputs: Inputs, causal: bool, stage_log: StageLog
-    ) -> torch.Tensor:
-        from harness.attention.paged import prepare_layer
+    def batches(self, batch: Batch) -> tuple[Batch, ...]:
+        return (batch,)
 
-        prepared = prepare_layer(attn, attention_config, batch, inputs, causal, self.device, stage_log)
-        stage_log(Stage.FORWARD)
-        output = prepared.run()
+    def run(
+        self,
+        attn: Any,
+        attention_config: Any,
+        runs: Sequence[tuple[Batch, Inputs]],
+        causal: bool,
+        stage_log: StageLog,
+    ) -> list[torch.Tensor]:
+        from harness.attention.paged import run_eager
+
+        outputs = [run_eager(attn, attention_config, b, i, causal, self.device, stage_log) for b, i in runs]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        return output
+        return outputs
 
 
 def kv_reference_dtype(kv_cache_dtype: str) -> torch.dtype | None:
@@ -123,7 +138,7 @@ def observe_cell(
     from vllm.config import set_current_vllm_config
 
     from harness.attention import draft as vllm_draft
-    from harness.attention.paged import random_inputs
+    from harness.attention.paged import quantizes_query, random_inputs
     from harness.attention.reference import reference_attention
 
     requested = cell.requested_backend
@@ -183,35 +198,64 @@ def observe_cell(
             # numbers from a backend nobody selected would be evidence of nothing.
             details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects {choice}"
             return base
+        vllm_draft.settle_kv_cache(config, layers)
         attention_config = draft_attention_config(config, truth, requested)
         refusals = [why for why in (setup.forward.refusal(attn, attention_config) for attn in layers) if why]
         if refusals:
-            return dataclasses.replace(base, rejection=tuple(dict.fromkeys(refusals)))
-        batch = Batch(context_lens=setup.context_lens, query_len=setup.query_len)
+            # The backend's claim covers the configuration; for a graph cell vLLM's own answer
+            # on graphs (the builder's declared CUDA-graph support) is part of it, so a cell
+            # refused for graphs is no over-claim.
+            reasons = tuple(dict.fromkeys(refusals))
+            return dataclasses.replace(
+                base, rejection=reasons, claim=Claim(False, (claim.reasons if claim else ()) + reasons)
+            )
+        batches = setup.forward.batches(Batch(context_lens=setup.context_lens, query_len=setup.query_len))
         shape = truth.shape
         kv_rounding = kv_reference_dtype(kv_cache_dtype)
         per_layer = []
         errors = []
         for index, attn in enumerate(layers):
-            inputs = random_inputs(batch, shape.heads, shape.kv_heads, shape.head_dim, dtype, setup.seed + index)
-            output = setup.forward.run(attn, attention_config, batch, inputs, draft.causal[index], stages)
+            runs = [
+                (b, random_inputs(b, shape.heads, shape.kv_heads, shape.head_dim, dtype, setup.seed + index + 7919 * k))
+                for k, b in enumerate(batches)
+            ]
+            outputs = setup.forward.run(attn, attention_config, runs, draft.causal[index], stages)
             lap(f"forward_{index}")
             stages(Stage.COMPARE)
-            expected = reference_attention(
-                inputs.query,
-                _rounded(inputs.keys, kv_rounding),
-                _rounded(inputs.values, kv_rounding),
-                [batch.query_len] * len(batch.context_lens),
-                scale=truth.scale,
-                causal=truth.spec.causal,
-                sinks=truth.layer_sinks(index),
-                window=truth.window,
-            )
-            error = float((output.float().cpu() - expected).abs().max())
+            # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
+            # the reference rounds it the same way, as it rounds K and V for an fp8 cache.
+            query_rounding = torch.float8_e4m3fn if quantizes_query(attn) else None
+            batch_errors = []
+            for (batch, inputs), output in zip(runs, outputs, strict=True):
+                expected = reference_attention(
+                    _rounded((inputs.query,), query_rounding)[0],
+                    _rounded(inputs.keys, kv_rounding),
+                    _rounded(inputs.values, kv_rounding),
+                    [batch.query_len] * len(batch.context_lens),
+                    scale=truth.scale,
+                    causal=truth.spec.causal,
+                    sinks=truth.layer_sinks(index),
+                    window=truth.window,
+                )
+                batch_errors.append(float((output.float().cpu() - expected).abs().max()))
             lap(f"compare_{index}")
+            error = next((e for e in batch_errors if math.isnan(e)), max(batch_errors))
             errors.append(error)
-            per_layer.append({"layer": attn.layer_name, "impl": type(attn.impl).__name__, "max_abs_err": error})
+            per_layer.append(
+                {
+                    "layer": attn.layer_name,
+                    "impl": type(attn.impl).__name__,
+                    "max_abs_err": error,
+                    "batches": [
+                        {"context_lens": list(b.context_lens), "max_abs_err": e}
+                        for (b, _), e in zip(runs, batch_errors, strict=True)
+                    ],
+                    "query_quantized": query_rounding is not None,
+                }
+            )
     details["layers"] = per_layer
+    details["kv_cache_layout"] = config.cache_config.kv_cache_layout
+    details["block_size"] = config.cache_config.block_size
     # max() would let a NaN from one layer hide behind a finite error of another.
     worst = next((e for e in errors if math.isnan(e)), max(errors))
     return dataclasses.replace(base, max_abs_err=worst, tolerance=tolerance)

@@ -23,9 +23,16 @@ LOADERS = ("v1", "v2")
 
 @dataclass(frozen=True)
 class EngineShape:
-    """Engine settings every cell shares; block size 32 suits CPU_ATTN (multiple of 32)."""
+    """Engine settings every cell shares.
 
-    block_size: int = 32
+    ``block_size`` None leaves the choice to vLLM, as a user who does not pass
+    ``--block-size`` does: vLLM 0.33.0's ``CacheConfig`` then fills in its default without
+    marking it user-specified, and the selector (``v1/attention/selector.py``) asks backends
+    about ``block_size=None``. A lane sets it only where its user (or a kernel vLLM does not
+    size for) must: the cpu lane's CPU_ATTN needs a multiple of 32.
+    """
+
+    block_size: int | None = None
     num_speculative_tokens: int = 4
     max_model_len: int = 256
     max_num_seqs: int = 4
@@ -152,6 +159,13 @@ def layer_backend(attn: Any) -> str:
     return name
 
 
+def selector_block_size(cache_config: Any) -> int | None:
+    """The block size the selector asks backends about: the user's, or None (vLLM 0.33.0
+    ``get_attn_backend``: ``cache_config.block_size`` only when ``user_specified_block_size``)."""
+    user_specified = getattr(cache_config, "user_specified_block_size", True)
+    return cache_config.block_size if user_specified else None
+
+
 def _selector_config(truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> Any:
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
@@ -159,7 +173,7 @@ def _selector_config(truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) ->
         head_size=truth.shape.head_dim,
         dtype=dtype,
         kv_cache_dtype=vllm_config.cache_config.cache_dtype,
-        block_size=vllm_config.cache_config.block_size,
+        block_size=selector_block_size(vllm_config.cache_config),
         has_sink=truth.spec.sink,
         has_sliding_window=bool(truth.spec.sliding_window),
         use_non_causal=not truth.spec.causal,
@@ -223,3 +237,29 @@ def _feature_reasons(backend_class: Any, selector: Any) -> list[str]:
         (not selector.use_non_causal or backend_class.supports_non_causal(), "non-causal attention not supported"),
     )
     return [reason for ok, reason in checks if not ok]
+
+
+def settle_kv_cache(vllm_config: Any, layers: list[Any]) -> None:
+    """What the engine decides between loading the model and allocating its KV cache, for a
+    world whose only attention layers are the draft's (the cell's config holds no others):
+
+    - the block size, where the user left it to vLLM: the executor calls
+      ``current_platform.update_block_size_for_backend`` right after ``load_model``
+      (vLLM 0.33.0 ``v1/executor/uniproc_executor.py``), which sizes it for the backends the
+      layers carry;
+    - the KV-cache layout: the engine core resolves it once from the layouts every worker's
+      backends support (``v1/engine/core.py`` -> ``resolve_kv_cache_layout``, fed by
+      ``WorkerBase.get_supported_kv_cache_layouts``) and records it on ``cache_config``.
+      FlashInfer's builder reads it from there and raises "KV cache layout has not been
+      resolved yet" until it is recorded; the harness allocates its cache in that layout.
+
+    The caller holds ``set_current_vllm_config(vllm_config)``.
+    """
+    from vllm.platforms import current_platform
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+
+    current_platform.update_block_size_for_backend(vllm_config)
+    backends = list({attn.get_attn_backend(): None for attn in layers})
+    supported = [layout.name for layout in get_supported_kv_cache_layouts(backends)]
+    specs = [attn.get_kv_cache_spec(vllm_config) for attn in layers]
+    resolve_kv_cache_layout(vllm_config, [supported], specs)

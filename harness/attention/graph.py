@@ -3,15 +3,19 @@ a DFlash draft's attention. Some bugs live only in the replay (vLLM #48167: Flas
 non-causal attention went wrong only under CUDA-graph replay), so ``cudagraph=graph`` cells
 compare the *replayed* output with the reference.
 
-A replay must prove that it computed, and computed from what its buffers hold at replay time:
-after the capture the output buffer is poisoned with NaN, the static inputs are refilled with
-values the capture never saw, and only then is the graph replayed. Torch only (no vLLM); the
-graph API is a parameter so the plumbing is testable on a host without a GPU.
+As Model Runner V2's DFlash speculator does (vLLM 0.33.0
+``v1/worker/gpu/spec_decode/dflash/cudagraph.py`` and ``speculator.py``), the graph is captured
+once on dummy metadata (``build_for_cudagraph_capture`` over a dummy batch) and then replayed for
+real batches, each of whose metadata is first built by the same builder into the same
+persistent buffers. A replay must prove that it computed, and computed from what those buffers
+hold at replay time: the output buffer is poisoned with NaN before each replay, and each batch
+differs from the capture's and from the others in sequence lengths and blocks. Torch only (no
+vLLM); the graph API is a parameter so the plumbing is testable on a host without a GPU.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import torch
@@ -60,19 +64,21 @@ class CudaGraphs:
         torch.cuda.synchronize(self.device)
 
 
-def capture_and_replay(
-    step: Step, refill: Callable[[], None], graphs: GraphApi, warmups: int = WARMUP_RUNS
-) -> torch.Tensor:
-    """Warm up, capture ``step``, poison its output, ``refill`` the static inputs, replay.
-
-    Returns a copy of what the replay wrote; compare it with the reference of the refilled
-    inputs. A replay that writes nothing leaves NaN; one that replays the captured inputs
-    matches the wrong reference.
-    """
+def replay_batches(
+    step: Step, loads: Sequence[Callable[[], None]], graphs: GraphApi, warmups: int = WARMUP_RUNS
+) -> list[torch.Tensor]:
+    """Warm up and capture ``step`` once, then for each batch: ``load`` it (refill the static
+    buffers, rebuild its metadata), poison the output, replay. Returns a copy of what each
+    replay wrote; compare each with the reference of the batch it loaded. A replay that
+    writes nothing leaves NaN; one that computes from anything frozen at capture (inputs,
+    lengths, block tables, a stale plan) matches the wrong reference."""
     graphs.warm_up(step, warmups)
     replay, output = graphs.capture(step)
-    output.fill_(float("nan"))
-    refill()
-    replay()
-    graphs.synchronize()
-    return output.clone()
+    outputs = []
+    for load in loads:
+        load()
+        output.fill_(float("nan"))
+        replay()
+        graphs.synchronize()
+        outputs.append(output.clone())
+    return outputs

@@ -4,7 +4,8 @@ Each request has ``context_len`` tokens whose K/V are already in the paged cache
 writes them with ``impl.do_kv_cache_update`` in ``precompute_and_store_context_kv``) and
 ``query_len`` query tokens (the bonus token plus the speculative slots) whose K/V the
 layer writes itself. Metadata comes from the backend's own metadata builder. The device
-is a parameter; ``PreparedLayer.run`` is the one call a graph capture would wrap.
+is a parameter; ``LayerBuffers.run`` is the one call a graph capture wraps
+(``harness.attention.graph``).
 """
 
 from __future__ import annotations
@@ -55,43 +56,227 @@ def random_inputs(batch: Batch, heads: int, kv_heads: int, head_dim: int, dtype:
     )
 
 
+def quantizes_query(attn: Any) -> bool:
+    """Whether vLLM's ``Attention.forward`` casts this layer's query to fp8 before the backend
+    sees it (vLLM 0.33.0 ``model_executor/layers/attention/attention.py``: ``query_quant`` is
+    set for an fp8 KV cache when the impl ``supports_quant_query_input``; FA3/FA4 and Triton
+    expect it: "queries are quantized in the attention layer")."""
+    return getattr(attn, "query_quant", None) is not None and bool(
+        getattr(attn.impl, "supports_quant_query_input", False)
+    )
+
+
+def _layer_call(
+    attn: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    metadata: Any,
+    output: torch.Tensor,
+) -> torch.Tensor:
+    """What ``Attention.forward`` does around the backend for one layer: quantize the query
+    where vLLM does, write this step's K/V (``unified_kv_cache_update`` ->
+    ``impl.do_kv_cache_update``) unless the backend's forward writes them itself, then
+    ``impl.forward`` (``unified_attention_with_output``) into the caller's output buffer."""
+    impl = attn.impl
+    if quantizes_query(attn):
+        from vllm.platforms import current_platform
+
+        if query.dtype != current_platform.fp8_dtype():
+            query, _ = attn.query_quant(query, attn._q_scale)
+    if not attn.get_attn_backend().forward_includes_kv_cache_update:
+        impl.do_kv_cache_update(attn, key, value, kv_cache, slot_mapping)
+    impl.forward(attn, query, key, value, kv_cache, metadata, output=output)
+    return output
+
+
 @dataclass
-class PreparedLayer:
-    """A layer with its cache filled with context and its metadata built, ready to run."""
+class LayerBuffers:
+    """One layer's persistent state, as a model runner keeps it: the KV cache, the static
+    query/key/value/output tensors, the batch-describing buffers (``InputBuffers`` and
+    ``BlockTables`` in Model Runner V2) and the layer's metadata builder. Every batch is
+    loaded into these same tensors in place, so a captured CUDA graph sees each new batch
+    only through them, exactly as in vLLM."""
 
     attn: Any
-    metadata: Any
+    vllm_config: Any
+    builder: Any
+    block_size: int
     kv_cache: torch.Tensor
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    slot_mapping: torch.Tensor
     output: torch.Tensor
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    positions: torch.Tensor
     details: dict[str, Any] = field(default_factory=dict)
 
-    def run(self) -> torch.Tensor:
-        impl = self.attn.impl
-        if not self.attn.get_attn_backend().forward_includes_kv_cache_update:
-            impl.do_kv_cache_update(self.attn, self.key, self.value, self.kv_cache, self.slot_mapping)
-        impl.forward(self.attn, self.query, self.key, self.value, self.kv_cache, self.metadata, output=self.output)
-        return self.output
+    @property
+    def num_reqs(self) -> int:
+        return int(self.seq_lens.shape[0])
+
+    def common(self, batch: Batch | None, causal: bool, max_seq_len: int) -> Any:
+        """CommonAttentionMetadata over the persistent buffers (a new object each time, the
+        same tensors). ``batch`` None: the capture-time dummy batch of Model Runner V2
+        (``InputBatch.make_dummy``: each request's seq_len is its query length)."""
+        from vllm.v1.attention.backend import CommonAttentionMetadata
+
+        num_tokens = int(self.query.shape[0])
+        query_len = num_tokens // self.num_reqs
+        query_start = torch.arange(0, num_tokens + 1, query_len, dtype=torch.int32)
+        seq_lens = torch.tensor(batch.seq_lens if batch else [query_len] * self.num_reqs, dtype=torch.int32)
+        return CommonAttentionMetadata(
+            query_start_loc=self.query_start_loc,
+            query_start_loc_cpu=query_start,
+            seq_lens=self.seq_lens,
+            num_reqs=self.num_reqs,
+            num_actual_tokens=num_tokens,
+            max_query_len=query_len,
+            max_seq_len=max_seq_len,
+            block_table_tensor=self.block_table,
+            slot_mapping=self.slot_mapping,
+            causal=causal,
+            positions=self.positions if batch else None,
+            seq_lens_cpu_upper_bound=seq_lens if batch else None,
+        )
+
+    def load_dummy(self) -> None:
+        """The capture-time contents (``_prepare_dflash_inputs_to_capture``): seq_len = query
+        length, block tables on the null block, every slot PAD_SLOT_ID (no cache write)."""
+        from vllm.v1.attention.backends.utils import PAD_SLOT_ID
+
+        query_len = int(self.query.shape[0]) // self.num_reqs
+        self.query_start_loc.copy_(torch.arange(0, self.query.shape[0] + 1, query_len, dtype=torch.int32))
+        self.seq_lens.fill_(query_len)
+        self.block_table.zero_()
+        self.slot_mapping.fill_(PAD_SLOT_ID)
+        self.positions.zero_()
+
+    def load(self, batch: Batch, inputs: Inputs, first_block: int) -> None:
+        """Copy one batch into the persistent buffers, its blocks numbered from ``first_block``,
+        and write each request's context K/V into the cache (DFlash's
+        ``precompute_and_store_context_kv`` goes through ``impl.do_kv_cache_update`` too)."""
+        block_size = self.block_size
+        blocks = [-(-s // block_size) for s in batch.seq_lens]
+        table = torch.zeros(self.block_table.shape, dtype=torch.int32)
+        next_block = first_block
+        for row, count in enumerate(blocks):
+            table[row, :count] = torch.arange(next_block, next_block + count, dtype=torch.int32)
+            next_block += count
+
+        def slots(row: int, start: int, stop: int) -> torch.Tensor:
+            positions = torch.arange(start, stop)
+            return table[row, positions // block_size].long() * block_size + positions % block_size
+
+        requests = range(len(batch.context_lens))
+        context_slots = torch.cat([slots(r, 0, batch.context_lens[r]) for r in requests])
+        query_slots = torch.cat([slots(r, batch.context_lens[r], batch.seq_lens[r]) for r in requests])
+        positions = torch.cat([torch.arange(batch.context_lens[r], batch.seq_lens[r]) for r in requests])
+
+        def split(tensors: tuple[torch.Tensor, ...], context: bool) -> torch.Tensor:
+            parts = [t[:c] if context else t[c:] for t, c in zip(tensors, batch.context_lens, strict=True)]
+            return torch.cat(parts)
+
+        self.query_start_loc.copy_(torch.arange(0, batch.num_tokens + 1, batch.query_len, dtype=torch.int32))
+        self.seq_lens.copy_(torch.tensor(batch.seq_lens, dtype=torch.int32))
+        self.block_table.copy_(table)
+        self.slot_mapping.copy_(query_slots)
+        self.positions.copy_(positions)
+        self.query.copy_(inputs.query)
+        self.key.copy_(split(inputs.keys, False))
+        self.value.copy_(split(inputs.values, False))
+        if context_slots.numel():
+            device = self.kv_cache.device
+            self.attn.impl.do_kv_cache_update(
+                self.attn,
+                split(inputs.keys, True).to(device),
+                split(inputs.values, True).to(device),
+                self.kv_cache,
+                context_slots.to(device),
+            )
+
+    def run(self, metadata: Any) -> torch.Tensor:
+        return _layer_call(
+            self.attn, self.query, self.key, self.value, self.kv_cache, self.slot_mapping, metadata, self.output
+        )
 
 
-def allocate_kv_cache(backend: Any, spec: Any, num_blocks: int, device: torch.device) -> torch.Tensor:
-    """A zeroed per-layer cache in the backend's preferred physical layout, viewed in
-    vLLM's logical [blocks, kv_heads, block_size, content] order, as the worker builds it."""
+def blocks_needed(batch: Batch, block_size: int) -> int:
+    return sum(-(-s // block_size) for s in batch.seq_lens)
+
+
+def allocate_layer(
+    attn: Any,
+    vllm_config: Any,
+    num_reqs: int,
+    query_len: int,
+    num_blocks: int,
+    max_seq_len: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> LayerBuffers:
+    """A layer's persistent buffers and its metadata builder, built before the first cache
+    write as the runner does (CPU_ATTN's builder hands the layer the ISA its cache write
+    uses). The caller holds ``set_current_vllm_config`` for the config the layer was built under."""
+    backend = attn.get_attn_backend()
+    spec = attn.get_kv_cache_spec(vllm_config)
+    block_size = spec.block_size
+    # The engine records the cache it allocated here; some builders (FlexAttention) size
+    # their block masks from it.
+    vllm_config.cache_config.num_gpu_blocks = num_blocks
+    builder = backend.get_builder_cls()(spec, [attn.layer_name], vllm_config, device)
+    num_tokens = num_reqs * query_len
+    impl = attn.impl
+    heads, kv_heads, head_dim = impl.num_heads, impl.num_kv_heads, impl.head_size
+
+    def zeros(*size: int, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+        return torch.zeros(*size, dtype=dtype, device=device)
+
+    return LayerBuffers(
+        attn=attn,
+        vllm_config=vllm_config,
+        builder=builder,
+        block_size=block_size,
+        kv_cache=allocate_kv_cache(vllm_config.cache_config, spec, num_blocks, device),
+        query=zeros(num_tokens, heads, head_dim, dtype=dtype),
+        key=zeros(num_tokens, kv_heads, head_dim, dtype=dtype),
+        value=zeros(num_tokens, kv_heads, head_dim, dtype=dtype),
+        output=zeros(num_tokens, heads, head_dim, dtype=dtype),
+        query_start_loc=zeros(num_reqs + 1),
+        seq_lens=zeros(num_reqs),
+        block_table=zeros(num_reqs, -(-max_seq_len // block_size)),
+        slot_mapping=zeros(num_tokens, dtype=torch.int64),
+        positions=zeros(num_tokens, dtype=torch.int64),
+        details={
+            "layer": attn.layer_name,
+            "impl": type(impl).__name__,
+            "block_size": block_size,
+            "kv_cache_spec": type(spec).__name__,
+            "kv_cache_layout": vllm_config.cache_config.kv_cache_layout,
+            "query_quantized": quantizes_query(attn),
+        },
+    )
+
+
+def allocate_kv_cache(cache_config: Any, spec: Any, num_blocks: int, device: torch.device) -> torch.Tensor:
+    """A zeroed per-layer cache in the physical layout the engine resolved
+    (``harness.attention.draft.settle_kv_cache``), viewed in vLLM's logical
+    [blocks, kv_heads, block_size, content] order, as the worker builds it."""
     from vllm.v1.kv_cache_interface import compute_layer_kv_cache_shape_bytes
-    from vllm.v1.kv_cache_layout import KVCacheLayout
 
-    layouts = backend.supported_kv_cache_layouts() or (KVCacheLayout.LBHNC,)
-    order = layouts[0].layer_view_order
+    order = cache_config.get_resolved_kv_cache_layout().layer_view_order
     shape = compute_layer_kv_cache_shape_bytes(spec, num_blocks)
     physical = torch.zeros([shape[d] for d in order], dtype=torch.uint8, device=device)
     logical = physical.permute([order.index(d) for d in range(len(order))])
     return logical.view(spec.dtype)
 
 
-def prepare_layer(
+def run_eager(
     attn: Any,
     vllm_config: Any,
     batch: Batch,
@@ -99,79 +284,21 @@ def prepare_layer(
     causal: bool,
     device: torch.device,
     stage_log: StageLog,
-) -> PreparedLayer:
-    """Fill the cache with each request's context and build metadata. The caller holds
-    ``set_current_vllm_config`` for the config the layer was built under."""
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
+) -> torch.Tensor:
+    """One real batch through the layer, metadata from its builder (``build``), no graph."""
     stage_log(Stage.METADATA)
-    backend = attn.get_attn_backend()
-    spec = attn.get_kv_cache_spec(vllm_config)
-    block_size = spec.block_size
-    blocks = [-(-s // block_size) for s in batch.seq_lens]
-    block_table = torch.zeros(len(blocks), max(blocks), dtype=torch.int32)
-    next_block = 1  # block 0 stays unused, like the runner's null block
-    for row, count in enumerate(blocks):
-        block_table[row, :count] = torch.arange(next_block, next_block + count, dtype=torch.int32)
-        next_block += count
-
-    def slots(row: int, start: int, stop: int) -> torch.Tensor:
-        positions = torch.arange(start, stop)
-        return block_table[row, positions // block_size].long() * block_size + positions % block_size
-
-    contexts = range(len(batch.context_lens))
-    ctx_slots = torch.cat([slots(r, 0, batch.context_lens[r]) for r in contexts])
-    query_slots = torch.cat([slots(r, batch.context_lens[r], batch.seq_lens[r]) for r in contexts])
-    query_positions = torch.cat([torch.arange(batch.context_lens[r], batch.seq_lens[r]) for r in contexts])
-
-    def split(tensors: tuple[torch.Tensor, ...], context: bool) -> torch.Tensor:
-        parts = [t[:c] if context else t[c:] for t, c in zip(tensors, batch.context_lens, strict=True)]
-        return torch.cat(parts).to(device)
-
-    query_start = torch.arange(0, batch.num_tokens + 1, batch.query_len, dtype=torch.int32)
-    seq_lens = torch.tensor(batch.seq_lens, dtype=torch.int32)
-    common = CommonAttentionMetadata(
-        query_start_loc=query_start.to(device),
-        query_start_loc_cpu=query_start,
-        seq_lens=seq_lens.to(device),
-        num_reqs=len(batch.context_lens),
-        num_actual_tokens=batch.num_tokens,
-        max_query_len=batch.query_len,
-        max_seq_len=max(batch.seq_lens),
-        block_table_tensor=block_table.to(device),
-        slot_mapping=query_slots.to(device),
-        causal=causal,
-        positions=query_positions.to(device),
-        seq_lens_cpu_upper_bound=seq_lens,
+    layer = allocate_layer(
+        attn,
+        vllm_config,
+        len(batch.context_lens),
+        batch.query_len,
+        1 + blocks_needed(batch, attn.get_kv_cache_spec(vllm_config).block_size),
+        max(batch.seq_lens),
+        inputs.query.dtype,
+        device,
     )
-    # The engine records the cache it allocated here; some builders (FlexAttention) size
-    # their block masks from it.
-    vllm_config.cache_config.num_gpu_blocks = next_block
-    builder = backend.get_builder_cls()(spec, [attn.layer_name], vllm_config, device)
-    metadata = builder.build(common_prefix_len=0, common_attn_metadata=common)
-    # After the builder: like the runner, which builds its metadata builders before the
-    # first cache write (CPU_ATTN's builder hands the layer the kernel ISA the write uses).
-    kv_cache = allocate_kv_cache(backend, spec, next_block, device)
-    if ctx_slots.numel():
-        attn.impl.do_kv_cache_update(
-            attn, split(inputs.keys, True), split(inputs.values, True), kv_cache, ctx_slots.to(device)
-        )
-    impl = attn.impl
-    query = inputs.query.to(device)
-    return PreparedLayer(
-        attn=attn,
-        metadata=metadata,
-        kv_cache=kv_cache,
-        query=query,
-        key=split(inputs.keys, False),
-        value=split(inputs.values, False),
-        slot_mapping=query_slots.to(device),
-        output=torch.empty_like(query),
-        details={
-            "layer": attn.layer_name,
-            "impl": type(impl).__name__,
-            "block_size": block_size,
-            "kv_cache_spec": type(spec).__name__,
-            "causal": causal,
-        },
-    )
+    layer.load(batch, inputs, first_block=1)
+    common = layer.common(batch, causal, max(batch.seq_lens))
+    metadata = layer.builder.build(common_prefix_len=0, common_attn_metadata=common)
+    stage_log(Stage.FORWARD)
+    return layer.run(metadata)

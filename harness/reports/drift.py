@@ -8,7 +8,7 @@ optional ``Version`` column (FA2/FA3/FA4, FlashInfer Native/TRTLLM...), ``Sink``
 A matrix cell is evidence about one feature only when nothing else could explain a
 rejection: sink evidence comes from sink cells that are causal, non-causal evidence
 from non-causal cells without sinks, both at neutral values of the other axes (16-bit
-dtype, auto KV cache, no sliding window, FlashInfer cubins present). A cell with both
+dtype, auto KV cache, no sliding window, FlashInfer cubins present, eager, loader v2). A cell with both
 features that runs is evidence for both. Its verdict reads as:
 
     pass                                   accepted and works
@@ -47,6 +47,11 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "kv_cache_dtype": ("auto",),
     "sliding_window": (0,),
     "flashinfer_cubin": (True,),
+    # The docs describe the backend's kernels, not how a runner drives them: a refusal of CUDA
+    # graphs (a builder's declared graph support) or a loader's restriction (Model Runner V1
+    # refuses mixed sliding/full drafts) says nothing about sinks or non-causal masks.
+    "cudagraph": ("eager",),
+    "loader": ("v2",),
 }
 _FAILED_AFTER_SELECTION = (Stage.BUILD, Stage.METADATA, Stage.FORWARD, Stage.COMPARE)
 

@@ -56,3 +56,27 @@ def test_gpu_jobs_run_only_on_labelled_gpu_runners() -> None:
 def test_hosted_ci_uses_no_self_hosted_runner() -> None:
     jobs = load(REPO / ".github" / "workflows" / "ci.yml")["jobs"]
     assert all("self-hosted" not in labels for job in jobs.values() for labels in runner_labels(job))
+
+
+def test_gpu_runners_match_the_generations_the_expectations_claim() -> None:
+    """Each GPU generation the gpu matrix lists is served by a runner, or every expectation rule
+    that names only unserved generations says it is not yet observed on hardware; and the
+    workflow runs only the vLLM releases the expectations were derived for."""
+    import tomllib
+
+    matrix = load(REPO / ".github" / "workflows" / "gpu-matrix.yml")["jobs"]["gpu"]["strategy"]["matrix"]
+    served = {str(entry["capability"]) for entry in matrix["include"]}
+    listed = set(tomllib.loads((REPO / "matrices" / "gpu.toml").read_text())["axes"]["capability"])
+    assert served <= listed, f"runners for generations the gpu matrix does not list: {sorted(served - listed)}"
+    expectations = tomllib.loads((REPO / "matrices" / "expectations" / "gpu.toml").read_text())
+    unchecked = []
+    for rule in expectations.get("expect", []):
+        named = rule["when"].get("capability")
+        if named is None:
+            continue
+        named = {named} if isinstance(named, str) else set(named)
+        if not named & served and "not yet observed on hardware" not in rule["reason"]:
+            unchecked.append(rule["when"])
+    assert unchecked == [], f"rules no runner checks, not marked as unobserved: {unchecked}"
+    # Expectations are for vLLM 0.33.0 (their header); a release without its own would only report drift.
+    assert matrix["vllm"] == ["0.33.0"]

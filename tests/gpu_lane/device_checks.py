@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:  # run as a script from a checkout, installed or n
 
 import torch  # noqa: E402
 
-from harness.attention.graph import CudaGraphs, capture_and_replay  # noqa: E402
+from harness.attention.graph import CudaGraphs, replay_batches  # noqa: E402
 from harness.attention.reference import reference_attention, visible_keys  # noqa: E402
 from harness.gpu_devices import (  # noqa: E402
     VISIBLE_DEVICES,
@@ -139,7 +139,7 @@ def check_graph(device: torch.device) -> str:
         for name, tensor in static.items():
             tensor.copy_(fresh[name].to(device))
 
-    replayed = capture_and_replay(step, refill, CudaGraphs(device)).cpu()
+    (replayed,) = (output.cpu() for output in replay_batches(step, [refill], CudaGraphs(device)))
     expected = reference_attention(
         fresh["query"].reshape(-1, heads, head_dim),
         [fresh["keys"][row, :length] for row, length in enumerate(seq_lens)],

@@ -6,12 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("torch")
-
 import torch
 
-from harness.attention.graph import capture_and_replay
+from harness.attention.graph import replay_batches
 from harness.errors import InputError
 from harness.lanes import gpu
 from harness.matrix import expand, load_matrix
@@ -37,7 +34,7 @@ class StaticLayer:
 def _replayed(graphs: EmulatedGraphs) -> tuple[torch.Tensor, torch.Tensor]:
     layer = StaticLayer()
     fresh = torch.randn(6, 4, generator=torch.Generator().manual_seed(3))
-    output = capture_and_replay(layer.run, lambda: layer.query.copy_(fresh), graphs)
+    (output,) = replay_batches(layer.run, [lambda: layer.query.copy_(fresh)], graphs)
     return output, fresh @ layer.weight
 
 

@@ -94,6 +94,8 @@ def test_only_this_generations_cells_run(tmp_path: Path, fake_driver_dir: Path) 
     done = _run(matrix, report_dir, _env(fake_driver_dir, f"{H100};{H100}"), "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "(compute capability 9.0): 4 cells for this generation, 8 cells of other generations" in done.stdout
+    # Before any cell: what FlashInfer will compile on first use (harness.flashinfer_jit).
+    assert "dflash-matrix gpu: flashinfer: " in done.stdout
     cells = json.loads((report_dir / "matrix.json").read_text())["cells"]
     assert sorted(cell["id"] for cell in cells) == [
         "sm90-A_ATTN-causal-nosink",

