@@ -57,6 +57,9 @@ def _refuse(tox_env: Any, line: str, status: int) -> None:
 def _matrix_argument(tox_env: Any) -> str | None:
     """The matrix file the env's commands run (pytest keeps the last ``--matrix``)."""
     found = None
+    # tox_on_install also runs for the packaging env (.pkg), which has no commands.
+    if "commands" not in tox_env.conf:
+        return None
     for command in tox_env.conf["commands"]:
         args = [str(arg) for arg in command.args]
         for index, arg in enumerate(args):
