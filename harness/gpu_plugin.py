@@ -15,7 +15,7 @@ Three jobs, all before any process touches CUDA:
 
 Its report header also says what FlashInfer will compile on first use (``harness.flashinfer_jit``).
 The device facts (name, capability, driver and CUDA versions) reach the JUnit testsuite
-properties and matrix.json's ``run`` object through the lane's ``environment()``.
+properties and the run entry in matrix.json's ``runs`` through the lane's ``environment()``.
 """
 
 from __future__ import annotations
