@@ -12,6 +12,7 @@ import argparse
 import json
 from typing import Any
 
+from harness.bundled import matrix_path
 from harness.errors import InputError
 from harness.expectations import describe_release, describe_stale, expectations_for, parse_release
 from harness.matrix import expand, load_matrix
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             parse_release(args.vllm)
         except ValueError as exc:
             raise InputError("--vllm", "", str(exc)) from None
-    matrix = load_matrix(args.matrix)
+    matrix = load_matrix(matrix_path(args.matrix))
     expectations = expectations_for(matrix, release)
     note = describe_release(expectations)
     cells = expand(matrix)
