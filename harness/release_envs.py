@@ -9,6 +9,7 @@ file is written after a successful install: an interrupted build is deleted, nev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -149,8 +150,9 @@ def run_cells(env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, r
     environment = {
         **os.environ,
         "PYTHONPATH": str(harness_path(root)),
-        # Each release keeps its own vLLM cache: releases write the same files with other fields.
-        "VLLM_CACHE_ROOT": str(env / "vllm-cache"),
+        # Each env keeps its own vLLM cache (releases write the same files with other fields),
+        # kept beside the bisect's envs: a reused env is only read, never written.
+        "VLLM_CACHE_ROOT": str(root / "vllm-cache" / hashlib.sha256(str(env.resolve()).encode()).hexdigest()[:16]),
     }
     selection = " or ".join(cells)
     command = [str(env / "bin" / "python"), "-m", "harness.cli", "run", str(matrix), "--report-dir", str(report_dir)]
