@@ -8,9 +8,10 @@ SM80/SM90/SM100/SM120. That code runs on a CPU-only host once three things hold,
 2. the process environment is pinned *before vLLM is imported*: several vLLM modules read
    it at import time (see ``SimulatedGpu.environment``);
 3. ``vllm.platforms._current_platform`` is a ``CudaPlatform`` whose device queries answer
-   for the simulated generation, installed before any module binds ``current_platform``
-   at import (``fa_utils``, the FlashInfer backend, ``qwen3_dflash``...). Patching it later,
-   as vLLM's own selector tests do, gives wrong answers in 0.33.0.
+   for the simulated generation, installed as soon as ``vllm.platforms`` has executed, before
+   any module binds ``current_platform`` at import (``fa_utils``, the FlashInfer backend,
+   ``qwen3_dflash``...). Patching it later, as vLLM's own selector tests do, gives wrong
+   answers in 0.33.0; vLLM 0.24.0 resolves it while ``import vllm`` itself runs.
 
 Several selection helpers are ``functools.cache``d without the capability in their key,
 so one process simulates exactly one (capability, FlashInfer cubin) pair: ``install``
@@ -19,11 +20,15 @@ refuses a second, different one.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from harness.stub_driver import STUB_LIBRARY, StubBuildError, load_libcuda
@@ -131,30 +136,66 @@ def install(gpu: SimulatedGpu) -> Installed:
         )
     libcuda = _load_libcuda()
     os.environ.update(gpu.environment(closed_loopback_url()))
+    simulated: list[Any] = []
 
+    def simulate(platforms: ModuleType) -> None:
+        from vllm.platforms import cuda
+        from vllm.platforms.interface import DeviceCapability
+
+        capability = DeviceCapability(*gpu.major_minor)
+        # Patch the class vLLM resolved (NonNvmlCudaPlatform here), not a subclass: the
+        # selector dispatches through CudaPlatform's own classmethods (cls.get_device_capability),
+        # and a subclass override would leave them asking torch.cuda, which finds no driver.
+        platform_cls = cuda.CudaPlatform
+        platform_cls.get_device_capability = classmethod(lambda cls, device_id=0: capability)
+        platform_cls.get_device_name = classmethod(lambda cls, device_id=0: gpu.device_name)
+        platform_cls.get_device_total_memory = classmethod(lambda cls, device_id=0: _DEVICE_MEMORY_BYTES)
+        platform_cls.is_fully_connected = classmethod(lambda cls, physical_device_ids: True)
+        platform_cls.device_count = classmethod(lambda cls: 1)
+        # Page-locked host memory needs the driver; Model Runner V1's proposer buffers ask for it.
+        platform_cls.is_pin_memory_available = classmethod(lambda cls: False)
+        platform = platform_cls()
+        platforms._current_platform = platform  # type: ignore[attr-defined]
+        simulated.append(platform)
+
+    # The platform is installed the moment vllm.platforms has executed, before any module can
+    # ask for current_platform: vLLM 0.24 resolves it while `import vllm` itself runs
+    # (vllm.utils.torch_utils computes PIN_MEMORY at import), 0.33 on first use.
+    _after_module_executes("vllm.platforms", simulate)
     import vllm.platforms as platforms
 
-    if platforms._current_platform is not None:
+    if not simulated or platforms._current_platform is not simulated[0]:
         raise SimulationError(f"vLLM's platform is already resolved to {type(platforms._current_platform).__name__}")
-    from vllm.platforms import cuda
-    from vllm.platforms.interface import DeviceCapability
-
-    capability = DeviceCapability(*gpu.major_minor)
-    # Patch the class vLLM resolved (NonNvmlCudaPlatform here), not a subclass: the
-    # selector dispatches through CudaPlatform's own classmethods (cls.get_device_capability),
-    # and a subclass override would leave them asking torch.cuda, which finds no driver.
-    platform_cls = cuda.CudaPlatform
-    platform_cls.get_device_capability = classmethod(lambda cls, device_id=0: capability)
-    platform_cls.get_device_name = classmethod(lambda cls, device_id=0: gpu.device_name)
-    platform_cls.get_device_total_memory = classmethod(lambda cls, device_id=0: _DEVICE_MEMORY_BYTES)
-    platform_cls.is_fully_connected = classmethod(lambda cls, physical_device_ids: True)
-    platform_cls.device_count = classmethod(lambda cls: 1)
-    # Page-locked host memory needs the driver; Model Runner V1's proposer buffers ask for it.
-    platform_cls.is_pin_memory_available = classmethod(lambda cls: False)
-    platform = platform_cls()
-    platforms._current_platform = platform
+    platform = simulated[0]
     _installed = Installed(gpu, platform, libcuda)
     return _installed
+
+
+def _after_module_executes(name: str, callback: Callable[[ModuleType], None]) -> None:
+    """Run ``callback(module)`` right after module ``name`` is executed by its first import."""
+
+    class Loader(importlib.abc.Loader):
+        def __init__(self, wrapped: importlib.abc.Loader):
+            self.wrapped = wrapped
+
+        def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+            return self.wrapped.create_module(spec)
+
+        def exec_module(self, module: ModuleType) -> None:
+            self.wrapped.exec_module(module)
+            callback(module)
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.loader is not None:
+                spec.loader = Loader(spec.loader)
+            return spec
+
+    sys.meta_path.insert(0, Finder())
 
 
 def _load_libcuda() -> str:
