@@ -1,20 +1,29 @@
-"""tox's inline plugin: a lane env refuses at once, in one line, what it could never run.
+"""tox's inline plugin: pip's settings reach uv, and a lane env refuses at once, in one line,
+what it could never run.
 
+- Every env is built by tox-uv, and uv reads none of pip's settings (pip.conf, `PIP_*`): each
+  env's set_env gets what `toxw.uv_environment` translates from them, so an index, extra index
+  or find-links given to pip (the cpu lane's `torch==…+cpu` wheel) reaches uv too. A variable
+  the user set, or an env's own set_env entry, is never replaced.
 - Any env whose command runs a matrix (``--matrix FILE``, the last one given, posargs included)
   checks that file as ``load_matrix`` does, lane contract included, before it installs anything:
   a bad axis, option or value is the same one line ``pytest --matrix`` prints, exit status 2,
   instead of the same line after a 3.5-9 GB install.
-- `tox -e gpu` refuses at once where no CUDA device is visible.
+- `tox -e gpu` refuses at once where no CUDA device is visible. The gpu env installs official
+  vLLM (about 9 GB, minutes): a GPU job on a runner without a working driver must go red, fast
+  and with one line, never green with everything skipped, and never after a long install. The
+  driver is asked directly (``harness/gpu_devices.py``: ctypes only, loaded by path so tox
+  needs nothing installed).
 
-The gpu env installs official vLLM (about 9 GB, minutes). A GPU job on a runner without a
-working driver must go red, fast and with one line, never green with everything skipped, and
-never after a long install. This hook runs in tox's own interpreter as the env's first
-install step begins, before any package is installed, and asks the NVIDIA driver directly
-(``harness/gpu_devices.py``: ctypes only, loaded by path so tox needs nothing installed).
+When the env is the only one a run sets up, the checks run while tox reads its configuration,
+before tox-uv creates the venv (tox has no hook between the two, and `uv venv` prints a line);
+the refusal is then the whole output. Beside other envs they fail that env as its first install
+step begins, and tox runs and reports the rest.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import sys
@@ -26,11 +35,19 @@ from tox.plugin import impl
 from tox.tox_env.errors import Fail
 
 GPU_ENV = "gpu"
-_DEVICES_MODULE = Path(__file__).parent / "harness" / "gpu_devices.py"
+_ROOT = Path(__file__).parent
+# tox commands that set an env up (legacy is `tox -e NAME` without a subcommand).
+_SETTING_UP = frozenset({"run", "r", "run-parallel", "p", "exec", "e", "devenv", "d", "legacy", "le"})
 
 
-def _gpu_devices() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dflash_matrix_gpu_devices", _DEVICES_MODULE)
+class _Refusal(Exception):
+    def __init__(self, line: str, status: int) -> None:
+        super().__init__(line)
+        self.line, self.status = line, status
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve their module while the class is built
@@ -38,29 +55,26 @@ def _gpu_devices() -> ModuleType:
     return module
 
 
-def _only_env_selected(tox_env: Any, name: str) -> bool:
-    selected = tox_env.options.env
+@functools.cache
+def _uv_environment() -> dict[str, str]:
+    environment, untranslated = _load("dflash_matrix_toxw", _ROOT / "toxw.py").current_uv_environment(os.environ)
+    for option in untranslated:
+        sys.stderr.write(f"toxfile.py: pip's `{option}` setting has no uv variable; it does not apply to tox's envs\n")
+    return dict(environment)
+
+
+def _only_env_selected(options: Any, name: str) -> bool:
+    selected = options.env
     return not selected.is_all and not selected.is_default_list and list(selected) == [name]
 
 
-def _refuse(tox_env: Any, line: str, status: int) -> None:
-    if _only_env_selected(tox_env, tox_env.name):
-        # The refusal is the whole answer: tox's own summary lines would only repeat it.
-        sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(status)
-    # Beside other envs, fail this one and let tox run and report the rest.
-    raise Fail(line)
-
-
-def _matrix_argument(tox_env: Any) -> str | None:
+def _matrix_argument(conf: Any) -> str | None:
     """The matrix file the env's commands run (pytest keeps the last ``--matrix``)."""
     found = None
     # tox_on_install also runs for the packaging env (.pkg), which has no commands.
-    if "commands" not in tox_env.conf:
+    if "commands" not in conf:
         return None
-    for command in tox_env.conf["commands"]:
+    for command in conf["commands"]:
         args = [str(arg) for arg in command.args]
         for index, arg in enumerate(args):
             if arg == "--matrix" and index + 1 < len(args):
@@ -70,11 +84,11 @@ def _matrix_argument(tox_env: Any) -> str | None:
     return found
 
 
-def _check_matrix(tox_env: Any) -> None:
-    matrix = _matrix_argument(tox_env)
+def _check_matrix(conf: Any, core: Any) -> None:
+    matrix = _matrix_argument(conf)
     if matrix is None:
         return
-    root = str(tox_env.core["tox_root"])
+    root = str(core["tox_root"])
     sys.path.insert(0, root)  # the harness core is stdlib-only: tox's interpreter can load a matrix
     try:
         from harness.errors import EXIT_BAD_INPUT, InputError
@@ -82,18 +96,46 @@ def _check_matrix(tox_env: Any) -> None:
     finally:
         sys.path.remove(root)
     try:
-        load_matrix(Path(tox_env.conf["change_dir"]) / matrix)
+        load_matrix(Path(conf["change_dir"]) / matrix)
     except InputError as error:
-        _refuse(tox_env, f"dflash-matrix: {error.line()}", EXIT_BAD_INPUT)
+        raise _Refusal(f"dflash-matrix: {error.line()}", EXIT_BAD_INPUT) from None
+
+
+def _check_device(name: str) -> None:
+    if name != GPU_ENV:
+        return
+    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "gpu_devices.py")
+    try:
+        devices.query_environment()
+    except devices.NoDevice as refusal:
+        raise _Refusal(refusal.line(), devices.EXIT_NO_DEVICE) from None
+
+
+def _check(conf: Any, core: Any) -> None:
+    _check_matrix(conf, core)
+    _check_device(conf.name)
+
+
+@impl
+def tox_add_env_config(env_conf: Any, state: Any) -> None:
+    env_conf["set_env"].update(_uv_environment(), override=False)
+    options = state.conf.options
+    listing = getattr(options, "show_config", False) or getattr(options, "list_envs", False)
+    if options.command not in _SETTING_UP or listing or not _only_env_selected(options, env_conf.name):
+        return
+    try:
+        _check(env_conf, state.conf.core)
+    except _Refusal as refusal:
+        # The refusal is the whole answer: tox's own summary lines would only repeat it.
+        sys.stderr.write(refusal.line + "\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(refusal.status)
 
 
 @impl
 def tox_on_install(tox_env: Any, arguments: Any, section: str, of_type: str) -> None:
-    _check_matrix(tox_env)
-    if tox_env.name != GPU_ENV:
-        return
-    devices = _gpu_devices()
     try:
-        devices.query_environment()
-    except devices.NoDevice as refusal:
-        _refuse(tox_env, refusal.line(), devices.EXIT_NO_DEVICE)
+        _check(tox_env.conf, tox_env.core)
+    except _Refusal as refusal:
+        raise Fail(refusal.line) from None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -148,6 +149,13 @@ def resolve_metadata(python: str, options: Sequence[str], requirements: Sequence
         return items
 
 
+def installer(python: str) -> list[str]:
+    """uv's install command where tox-uv put a uv on PATH (the lane envs: seconds instead of pip's
+    minutes; toxfile.py hands it pip's settings, and uv honours ``torch===X`` as pip does), else pip's."""
+    uv = shutil.which("uv")
+    return [uv, "pip", "install", "--python", python] if uv else [python, "-m", "pip", "install"]
+
+
 def install(python: str, arguments: Sequence[str], overrides: Sequence[str] = ()) -> int:
     options, requirements = split_arguments(arguments)
     items = resolve_metadata(python, options, requirements) if requirements else []
@@ -158,7 +166,7 @@ def install(python: str, arguments: Sequence[str], overrides: Sequence[str] = ()
     with tempfile.TemporaryDirectory(prefix="dflash-pip-") as scratch:
         constraint_file = Path(scratch) / "pytorch-pins.txt"
         constraint_file.write_text("".join(f"{line}\n" for line in constraints))
-        pip = [python, "-m", "pip", "install", "-c", str(constraint_file), *options]
+        pip = [*installer(python), "-c", str(constraint_file), *options]
         if overrides and items:
             # The overridden pins would make pip refuse the whole set: install the packages
             # themselves without dependencies, then their requirements with the overrides in place.

@@ -43,6 +43,8 @@ def test_no_device_refuses_in_one_line_before_installing(tmp_path: Path, fake_dr
 
 def test_a_visible_device_lets_the_install_begin(tmp_path: Path, fake_driver_dir: Path) -> None:
     # An index-less pip with nothing to find fails at once: what matters is that tox got there.
+    # The env's uv gets these pip settings through toxfile.py (else it would go to the index
+    # and start downloading vLLM).
     empty = tmp_path / "no-wheels"
     empty.mkdir()
     done = _tox(
