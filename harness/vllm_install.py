@@ -156,9 +156,18 @@ def installer(python: str) -> list[str]:
     return [uv, "pip", "install", "--python", python] if uv else [python, "-m", "pip", "install"]
 
 
+def may_be_vllm(requirement: str) -> bool:
+    """Whether a requirement can be a vLLM (by name, or a path or URL that may hold one). tox runs
+    the env's other installs (the harness and its dependencies, ``name@path``) through this script
+    too; they need neither vLLM's pins nor pip's dry run to find them."""
+    name = requirement_name(requirement.split("@", 1)[0] if "@" in requirement else requirement)
+    return name in (None, "vllm")
+
+
 def install(python: str, arguments: Sequence[str], overrides: Sequence[str] = ()) -> int:
     options, requirements = split_arguments(arguments)
-    items = resolve_metadata(python, options, requirements) if requirements else []
+    pinned = bool(overrides) or any(may_be_vllm(requirement) for requirement in requirements)
+    items = resolve_metadata(python, options, requirements) if requirements and pinned else []
     requires = [line for item in items for line in item.get("metadata", {}).get("requires_dist", []) or []]
     constraints = exact_torch_constraints(requires)
     overridden = {requirement_name(o) for o in overrides}

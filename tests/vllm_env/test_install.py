@@ -6,6 +6,7 @@ import pytest
 
 from harness.vllm_install import (
     exact_torch_constraints,
+    may_be_vllm,
     overridden_requirements,
     parse_overrides,
     requirement_name,
@@ -58,3 +59,10 @@ def test_tox_arguments_split_into_pip_options_and_requirements() -> None:
         None,
         None,
     ]
+
+
+def test_only_what_may_be_a_vllm_pays_for_reading_vllms_pins() -> None:
+    harness = ["defusedxml>=0.7", "pytest<9.2,>=8.0", "dflash-matrix@/tmp/pkg/dflash_matrix-0.1.0-py3-none-any.whl"]
+    assert not any(may_be_vllm(requirement) for requirement in harness)
+    maybe = ["vllm==0.33.0", "vllm @ https://host/vllm.whl", "./dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl", "-e"]
+    assert all(may_be_vllm(requirement) for requirement in maybe)
