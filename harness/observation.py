@@ -53,6 +53,11 @@ class Observation:
     failure:           an unexpected exception, with its stage.
     timed_out:         the cell ran past its time limit (set by the runner, never by a lane).
     max_abs_err / tolerance: the numeric comparison against the reference, when one ran.
+    layer_choices:     the platform's choice per draft layer, when the layers of one draft differ
+                       (a hybrid draft's windowed and full layers); empty = ``platform_choice``
+                       holds for every layer.
+    lost_settings:     draft-layer settings the draft asked for but the layers do not carry
+                       (e.g. speculative_config.kv_cache_dtype): lost in the loader, like a backend.
     """
 
     requested_backend: str | None
@@ -66,5 +71,7 @@ class Observation:
     max_abs_err: float | None = None
     tolerance: float | None = None
     claim: Claim | None = None
+    layer_choices: tuple[str, ...] = ()
+    lost_settings: tuple[str, ...] = ()
     details: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0

@@ -95,13 +95,21 @@ def judge(obs: Observation) -> Judgement:
             f"the platform refuses {wanted or 'auto-selection'} ({reasons}), yet draft layers carry {layers}: "
             "the loader never passed the request on",
         )
-    strays = sorted({b for b in obs.observed_backends if b != obs.platform_choice})
-    if obs.platform_choice is not None and strays:
-        what = f"requested {wanted}" if wanted else "auto-selection"
+    if obs.lost_settings:
         return Judgement(
             Verdict.WRONG_BACKEND,
             Stage.BUILD,
-            f"{what}: the platform selects {obs.platform_choice}, but draft layers carry {layers}",
+            f"the loader lost part of the request: {'; '.join(obs.lost_settings)}",
+        )
+    choices = obs.layer_choices or (obs.platform_choice,) * len(obs.observed_backends)
+    strays = sorted({b for b, c in zip(obs.observed_backends, choices, strict=False) if b != c})
+    if obs.platform_choice is not None and strays:
+        what = f"requested {wanted}" if wanted else "auto-selection"
+        selects = ", ".join(dict.fromkeys(str(c) for c in choices))
+        return Judgement(
+            Verdict.WRONG_BACKEND,
+            Stage.BUILD,
+            f"{what}: the platform selects {selects}, but draft layers carry {layers}",
         )
     if obs.max_abs_err is not None and obs.tolerance is not None and not obs.max_abs_err <= obs.tolerance:
         return Judgement(

@@ -21,7 +21,9 @@ from typing import Any, Protocol
 import torch
 
 from harness.attention.checkpoint import DraftSpec, DraftTruth
+from harness.attention.draft import DRAFT_LAYER_KINDS, EngineShape
 from harness.attention.paged import Batch, Inputs
+from harness.axes import TARGET_KIND_PREFIX
 from harness.matrix import Cell
 from harness.observation import Claim, Observation, one_line
 from harness.stages import Stage, StageLog
@@ -29,6 +31,8 @@ from harness.stages import Stage, StageLog
 # KV-cache dtypes the reference rounds K and V through: the harness's own reading of the
 # cell's kv_cache_dtype axis (vLLM's "fp8" is e4m3 on NVIDIA), never the backend's state.
 _KV_REFERENCE_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
     "fp8": torch.float8_e4m3fn,
     "fp8_e4m3": torch.float8_e4m3fn,
     "fp8_e5m2": torch.float8_e5m2,
@@ -40,7 +44,9 @@ class DraftSource(Protocol):
 
     target_path: Path
 
-    def draft(self, spec: DraftSpec) -> DraftTruth: ...
+    def draft(self, spec: DraftSpec, head_size: int | None) -> DraftTruth:
+        """The draft checkpoint for ``spec`` with that head size (None: the lane's own)."""
+        ...
 
     def target(self, dtype: str, config: Callable[[], Any]) -> Any: ...
 
@@ -73,7 +79,7 @@ ConfigFactory = Callable[[Path, Path, str | None, str], Any]
 class CellSetup:
     device: torch.device
     seed: int
-    context_lens: tuple[int, ...]
+    context_lens: tuple[int, ...]  # per request, already chosen for the cell's context axis
     query_len: int
     config: ConfigFactory  # (target, draft, requested backend, dtype) -> VllmConfig for this cell
     target_config: Callable[[Path, Path, str], Any]  # (target, draft, dtype) -> the target's own config
@@ -121,9 +127,64 @@ def draft_attention_config(vllm_config: Any, truth: DraftTruth, requested: str |
 
     config = copy.copy(vllm_config)
     config.attention_config = replace(
-        vllm_config.attention_config, use_non_causal=not truth.spec.causal, backend=requested
+        vllm_config.attention_config, use_non_causal=truth.any_non_causal, backend=requested
     )
     return config
+
+
+# context = "long": contexts past the kernels' split-KV / multi-tile thresholds.
+# - TRITON_ATTN (vLLM 0.33.0, triton_unified_attention.py) takes its 3D split-KV path (16
+#   softmax segments, NUM_PAR_SOFTMAX_SEGMENTS) only for causal batches of at most 8 query
+#   tokens per request (MAX_3D_QUERY_LEN) and num_seqs * cdiv(q, BLOCK_Q) <= seq_threshold_3D
+#   (MIN_LAUNCH_GRID_SIZE_2D // kv heads); non-causal DFlash queries always run the 2D kernel.
+# - CPU_ATTN (csrc/cpu/cpu_attn_impl.hpp) walks the KV in L2-sized tiles (online softmax across
+#   tiles, where a sink counted per tile would show); it splits one request's KV across threads
+#   only for a 1-token query tile (split_kv_q_token_num_threshold = 1, VLLM_CPU_ATTN_SPLIT_KV=1)
+#   and with more than one OpenMP thread: DFlash's 5-token queries never take that path.
+# 1500 and 600 tokens are several KV tiles for every head size here; 3 keeps one short request.
+LONG_CONTEXT_LENS = (1500, 600, 3)
+
+
+def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
+    return LONG_CONTEXT_LENS if cell.get("context", "short") == "long" else short
+
+
+def engine_shape(cell: Cell, base: EngineShape | None = None) -> EngineShape:
+    """The engine settings a cell asks for: its KV dtypes, the target's attention, the method,
+    and a model length that holds its contexts."""
+    target = str(cell.get("target_attention", "auto"))
+    draft_kv = str(cell.get("draft_kv_cache_dtype", "target"))
+    per_kind: tuple[tuple[str, str], ...] = ()
+    target_backend: str | None = None
+    if target.startswith(TARGET_KIND_PREFIX):
+        per_kind = tuple((kind, target.removeprefix(TARGET_KIND_PREFIX)) for kind in DRAFT_LAYER_KINDS)
+    elif target != "auto":
+        target_backend = target
+    longest = max(context_lens(cell, ()) or (0,))
+    base = base or EngineShape()
+    return dataclasses.replace(
+        base,
+        kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")),
+        draft_kv_cache_dtype=None if draft_kv == "target" else draft_kv,
+        target_backend=target_backend,
+        target_backend_per_kind=per_kind,
+        method=str(cell.get("method", "dflash")),
+        max_model_len=max(base.max_model_len, longest + 256),
+    )
+
+
+def draft_spec(cell: Cell) -> tuple[DraftSpec, int | None]:
+    """The draft a cell asks for: its family member, attention features and head size
+    (None when the matrix does not vary it)."""
+    spec = DraftSpec(
+        causal=bool(cell.get("causal")),
+        sink=bool(cell.get("sink")),
+        sliding_window=int(cell.get("sliding_window", 0) or 0),
+        method=str(cell.get("method", "dflash")),
+        layers=str(cell.get("layers", "uniform")),
+    )
+    head_size = cell.get("head_size")
+    return spec, None if head_size is None else int(head_size)
 
 
 def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
@@ -156,47 +217,66 @@ def observe_cell(
         clock = now
 
     stages(Stage.CONFIG)
-    truth = source.draft(
-        DraftSpec(bool(cell.get("causal")), bool(cell.get("sink")), int(cell.get("sliding_window", 0) or 0))
-    )
-    details: dict[str, Any] = {"loader": loader, "draft": truth.spec.dirname, "timings_s": timings}
+    spec, head_size = draft_spec(cell)
+    truth = source.draft(spec, head_size)
+    shape = truth.shape
+    details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": timings}
     try:
         config = setup.config(source.target_path, truth.path, requested, dtype_name)
     except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
         return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
     lap("config")
+    if loader == "v1" and (refusal := vllm_draft.v1_refusal(config)) is not None:
+        return Observation(requested, rejection=(refusal,), details=details)
 
     stages(Stage.SELECT)
+    layer_count = truth.shape.draft_layers
     # Under the cell's config: FlashInfer's sink claim reads the current config (and asserts it).
     with set_current_vllm_config(config):
         try:
-            choice = vllm_draft.platform_choice(requested, truth, dtype, config)
+            # Per layer: a windowed and a full layer of one hybrid draft are selected apart.
+            choices = tuple(
+                vllm_draft.platform_choice(requested, truth, dtype, config, layer) for layer in range(layer_count)
+            )
         except ValueError as exc:
             return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
         # The claim of the backend that was asked for; under auto-selection nobody asked
         # for one, so the claim is that of the backend the platform picked.
-        claim = vllm_draft.backend_claim(requested or choice, truth, dtype, config)
+        claim = vllm_draft.backend_claim(requested or choices[0], truth, dtype, config)
     lap("select")
 
     stages(Stage.BUILD)
     target = source.target(dtype_name, lambda: setup.target_config(source.target_path, truth.path, dtype_name))
     lap("target")
     with set_current_vllm_config(config):
-        draft = vllm_draft.load_draft(loader, target, config, setup.device)
+        try:
+            draft = vllm_draft.load_draft(loader, target, config, setup.device, spec.method)
+        except vllm_draft.LoaderUnavailable as exc:
+            return Observation(requested, unavailable=one_line(exc), details=details)
         lap("draft")
         layers = vllm_draft.attention_layers(draft.model)
         observed = tuple(vllm_draft.layer_backend(attn) for attn in layers)
+        wanted_kv = vllm_draft.draft_cache_dtype(config)
+        lost = tuple(
+            f"{attn.layer_name} has kv_cache_dtype {got}, the draft asked for {wanted_kv}"
+            for attn in layers
+            if (got := vllm_draft.layer_kv_cache_dtype(attn)) != wanted_kv
+        )
         base = Observation(
             requested_backend=requested,
-            platform_choice=choice,
+            platform_choice=choices[0],
+            layer_choices=choices if len(set(choices)) > 1 else (),
             observed_backends=observed,
+            lost_settings=lost,
             claim=claim,
             details=details,
         )
-        if any(backend != choice for backend in observed):
+        if lost or any(backend != choice for backend, choice in zip(observed, choices, strict=True)):
             # The request was lost on its way to the layers: that is the verdict, and
             # numbers from a backend nobody selected would be evidence of nothing.
-            details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects {choice}"
+            details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects " + (
+                ", ".join(choices)
+            )
             return base
         vllm_draft.settle_kv_cache(config, layers)
         attention_config = draft_attention_config(config, truth, requested)
@@ -211,7 +291,7 @@ def observe_cell(
             )
         batches = setup.forward.batches(Batch(context_lens=setup.context_lens, query_len=setup.query_len))
         shape = truth.shape
-        kv_rounding = kv_reference_dtype(kv_cache_dtype)
+        kv_rounding = kv_reference_dtype(wanted_kv if wanted_kv != "auto" else kv_cache_dtype)
         per_layer = []
         errors = []
         for index, attn in enumerate(layers):
@@ -233,9 +313,9 @@ def observe_cell(
                     _rounded(inputs.values, kv_rounding),
                     [batch.query_len] * len(batch.context_lens),
                     scale=truth.scale,
-                    causal=truth.spec.causal,
+                    causal=truth.layer_causal(index),
                     sinks=truth.layer_sinks(index),
-                    window=truth.window,
+                    window=truth.layer_window(index),
                 )
                 batch_errors.append(float((output.float().cpu() - expected).abs().max()))
             lap(f"compare_{index}")

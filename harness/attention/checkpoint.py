@@ -33,18 +33,44 @@ class ModelShape:
     mask_token_id: int = 1000
 
 
+SLIDING, FULL = "sliding_attention", "full_attention"
+# Draft layer types per layout (harness.axes.LAYER_LAYOUTS); uniform writes no layer_types.
+_LAYER_TYPES = {"mixed": (SLIDING, FULL), "mixed_native": (SLIDING, FULL)}
+
+
 @dataclass(frozen=True)
 class DraftSpec:
-    """The attention features a draft's ``dflash_config`` asks for."""
+    """The draft's family member and the attention features its config asks for.
+
+    method: dflash (DFlashDraftModel), dflash2 (DFlash2DraftModel: grouped convolutions and a
+    candidate selector around the same attention) or dspark (Qwen3DSparkModel: a Markov head).
+    layers: uniform (no ``layer_types``), mixed (alternating sliding/full ``layer_types`` with
+    ``dflash_config.causal`` written, which overrides every layer) or mixed_native (the same
+    layer types without ``dflash_config.causal``: each layer's type decides its causality).
+    """
 
     causal: bool
     sink: bool
     sliding_window: int = 0  # 0 = no sliding window
+    method: str = "dflash"
+    layers: str = "uniform"
 
     @property
     def dirname(self) -> str:
         window = f"-swa{self.sliding_window}" if self.sliding_window else ""
-        return f"draft-{'causal' if self.causal else 'noncausal'}-{'sink' if self.sink else 'nosink'}{window}"
+        method = "" if self.method == "dflash" else f"-{self.method}"
+        layers = "" if self.layers == "uniform" else f"-{self.layers}"
+        causal = "causal" if self.causal else "noncausal"
+        return f"draft{method}-{causal}-{'sink' if self.sink else 'nosink'}{window}{layers}"
+
+    @property
+    def layer_types(self) -> tuple[str, ...] | None:
+        return _LAYER_TYPES.get(self.layers)
+
+    @property
+    def writes_causal(self) -> bool:
+        """Whether ``dflash_config.causal`` is written (it then overrides every layer)."""
+        return self.layers != "mixed_native"
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,27 @@ class DraftTruth:
     @property
     def window(self) -> int | None:
         return self.spec.sliding_window or None
+
+    def layer_window(self, layer: int) -> int | None:
+        """The window of draft layer ``layer``, as vLLM resolves the config the harness wrote
+        (``qwen3_dflash._resolve_layer_attention``): with ``layer_types`` a layer is windowed
+        when its type is sliding; without, every layer is windowed when ``use_swa`` is set."""
+        types = self.spec.layer_types
+        if types is None:
+            return self.window
+        return self.window if types[layer % len(types)] == SLIDING else None
+
+    def layer_causal(self, layer: int) -> bool:
+        """Causality of draft layer ``layer`` (``qwen3_dflash._dflash_layer_causal``):
+        ``dflash_config.causal`` when written, else causal exactly for sliding layer types."""
+        types = self.spec.layer_types
+        if self.spec.writes_causal or types is None:
+            return self.spec.causal
+        return types[layer % len(types)] == SLIDING
+
+    @property
+    def any_non_causal(self) -> bool:
+        return not all(self.layer_causal(i) for i in range(self.shape.draft_layers))
 
     def layer_sinks(self, layer: int) -> tuple[float, ...] | None:
         return None if self.sinks is None else self.sinks[layer]
@@ -147,29 +194,49 @@ def write_target(root: Path, shape: ModelShape = ModelShape(), seed: int = 0) ->
 
 
 def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), seed: int = 1) -> DraftTruth:
+    """A draft in ``spec.method``'s own config format and weight names."""
     generator = torch.Generator().manual_seed(seed)
     target_layer_ids = list(range(shape.target_layers))
     dflash_config: dict[str, object] = {
         "mask_token_id": shape.mask_token_id,
         "target_layer_ids": target_layer_ids,
-        "causal": spec.causal,
         "attention_sink_bias": spec.sink,
     }
-    if spec.sliding_window:
+    if spec.writes_causal:
+        dflash_config["causal"] = spec.causal
+    extra: dict[str, object] = {}
+    if spec.layer_types is not None:
+        # Layer types pick the windowed layers; the window size still comes from dflash_config.
+        extra["layer_types"] = [spec.layer_types[i % len(spec.layer_types)] for i in range(shape.draft_layers)]
+        if spec.sliding_window:
+            dflash_config["swa_window_size"] = spec.sliding_window
+    elif spec.sliding_window:
         dflash_config.update(use_swa=True, swa_window_size=spec.sliding_window)
-    config = _qwen3_config(
-        shape,
-        architectures=["DFlashDraftModel"],
-        num_hidden_layers=shape.draft_layers,
-        num_target_layers=shape.target_layers,
-        block_size=5,
-        dflash_config=dflash_config,
-    )
     weights = {
         "fc.weight": _random(generator, shape.hidden, shape.hidden * len(target_layer_ids)),
         "hidden_norm.weight": _ones(shape.hidden),
         "norm.weight": _ones(shape.hidden),
     }
+    architecture = "DFlashDraftModel"
+    if spec.method == "dflash2":
+        architecture = "DFlash2DraftModel"
+        dflash_config.update(_DFLASH2_CONFIG)
+        weights.update(_dflash2_weights(generator, shape))
+    elif spec.method == "dspark":
+        architecture = "Qwen3DSparkModel"
+        extra["markov_rank"] = _DSPARK_MARKOV_RANK
+        weights.update(_dspark_weights(generator, shape))
+    elif spec.method != "dflash":
+        raise ValueError(f"unknown draft method {spec.method!r}")
+    config = _qwen3_config(
+        shape,
+        architectures=[architecture],
+        num_hidden_layers=shape.draft_layers,
+        num_target_layers=shape.target_layers,
+        block_size=5,
+        dflash_config=dflash_config,
+        **extra,
+    )
     sinks: list[tuple[float, ...]] = []
     for layer in range(shape.draft_layers):
         weights.update(_decoder_layer(generator, shape, f"layers.{layer}"))
@@ -177,6 +244,39 @@ def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), s
             values = _sink_values(generator, shape.heads)
             weights[f"layers.{layer}.self_attn.attention_sink_bias"] = values
             sinks.append(tuple(float(v) for v in values.float()))
-    path = root / spec.dirname
+    path = root / f"{spec.dirname}-hd{shape.head_dim}"
     _write(path, config, weights)
     return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink else None)
+
+
+# DFlash2 (qwen3_dflash2.py): each decoder layer wraps attention and MLP in grouped
+# convolutions over the query block; the model adds a low-rank candidate selector.
+_DFLASH2_CONFIG = {"conv_kernel_size": 2, "conv_group_size": 32, "selector_rank": 8, "selector_top_k": 4}
+_DSPARK_MARKOV_RANK = 8
+
+
+def _dflash2_weights(generator: torch.Generator, shape: ModelShape) -> dict[str, torch.Tensor]:
+    taps, groups, rank = (
+        _DFLASH2_CONFIG["conv_kernel_size"],
+        shape.hidden // _DFLASH2_CONFIG["conv_group_size"],
+        _DFLASH2_CONFIG["selector_rank"],
+    )
+    weights = {
+        "candidate_selector.predecessor_codebook": _random(generator, shape.vocab, rank),
+        "candidate_selector.successor_codebook": _random(generator, shape.vocab, rank),
+        "candidate_selector.hidden_projection.weight": _random(generator, rank, shape.hidden),
+    }
+    for layer in range(shape.draft_layers):
+        for conv in ("attention_conv", "mlp_conv"):
+            prefix = f"layers.{layer}.{conv}"
+            weights[f"{prefix}.base_kernel"] = _random(generator, 2, taps, shape.hidden)
+            weights[f"{prefix}.kernel_projection.weight"] = _random(generator, 2 * taps * groups, shape.hidden)
+    return weights
+
+
+def _dspark_weights(generator: torch.Generator, shape: ModelShape) -> dict[str, torch.Tensor]:
+    # qwen3_dspark.py: DSparkMarkovHead, a low-rank transition bias (vocab x rank, rank x vocab).
+    return {
+        "markov_head.markov_w1.weight": _random(generator, shape.vocab, _DSPARK_MARKOV_RANK),
+        "markov_head.markov_w2.weight": _random(generator, shape.vocab, _DSPARK_MARKOV_RANK),
+    }

@@ -38,6 +38,20 @@ class EngineShape:
     max_num_seqs: int = 4
     kv_cache_memory_bytes: int = 64 * 1024 * 1024
     kv_cache_dtype: str = "auto"
+    # speculative_config.kv_cache_dtype; None = unset, the draft shares the target's.
+    draft_kv_cache_dtype: str | None = None
+    # The target's attention: None = auto, a backend name (--attention-backend), or a
+    # backend_per_kind mapping (attention_config.backend_per_kind, vLLM >= 0.26).
+    target_backend: str | None = None
+    target_backend_per_kind: tuple[tuple[str, str], ...] = ()
+    method: str = "dflash"  # the draft's family member (harness.axes.METHODS)
+
+
+# vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
+# DFlash2DraftModel architecture selects the speculator), DSpark under "dspark".
+SPECULATIVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+# Every KV-cache-group kind a DFlash draft layer can belong to (vllm KVCacheSpecKind values).
+DRAFT_LAYER_KINDS = ("full_attention", "sliding_window")
 
 
 def engine_config(
@@ -57,13 +71,22 @@ def engine_config(
     from vllm.engine.arg_utils import EngineArgs
 
     speculative: dict[str, object] = {
-        "method": "dflash",
+        "method": SPECULATIVE_METHOD[shape.method],
         "model": str(draft),
         "num_speculative_tokens": shape.num_speculative_tokens,
     }
     if requested is not None:
         speculative["attention_backend"] = requested
+    if shape.draft_kv_cache_dtype is not None:
+        speculative["kv_cache_dtype"] = shape.draft_kv_cache_dtype
+    attention: dict[str, Any] = {}
+    if shape.target_backend is not None:
+        attention["backend"] = shape.target_backend
+    if shape.target_backend_per_kind:
+        attention["backend_per_kind"] = dict(shape.target_backend_per_kind)
     graphs: dict[str, Any] = {}
+    if attention:
+        graphs["attention_config"] = attention
     if graph_tokens is not None:
         graphs["compilation_config"] = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [graph_tokens]}
     args = EngineArgs(
@@ -119,21 +142,53 @@ class LoadedDraft:
     causal: tuple[bool, ...]
 
 
-def load_draft(loader: str, target: nn.Module, vllm_config: Any, device: torch.device) -> LoadedDraft:
-    """Call the real draft loader. The caller holds ``set_current_vllm_config(vllm_config)``.
+class LoaderUnavailable(Exception):
+    """This vLLM has no loader (or no model) for the draft's method: the cell is unavailable."""
 
-    v2: ``load_dflash_model`` (Model Runner V2), the loader PR #46770 fixed; its speculator
-        builds metadata with each layer's ``get_draft_attn_causal()`` flag.
-    v1: ``DFlashProposer.load_model`` (Model Runner V1, ``SpecDecodeBaseProposer._get_model``),
-        the path ``vllm.LLM`` takes wherever V2 is unavailable (CPU has no Triton); its
-        metadata carries one flag for all layers, ``dflash_causal``.
-    """
-    if loader == "v2":
+
+def v1_refusal(vllm_config: Any) -> str | None:
+    """Model Runner V1's own refusal of this config, in vLLM's words (``VllmConfig.
+    _validate_v1_model_runner``): dspark, DFlash candidate-head (dflash2) and mixed sliding/full
+    drafts are V2-only in vLLM 0.33.0. None where V1 would run it or the release has no list."""
+    features = getattr(vllm_config, "_get_v1_model_runner_unsupported_features", None)
+    unsupported = features() if features is not None else []
+    return f"Model Runner V1 does not support: {', '.join(unsupported)}" if unsupported else None
+
+
+def _v2_loader(method: str) -> Any:
+    """Model Runner V2's loader for the method: DFlash and DFlash2 share ``load_dflash_model``
+    (DFlash2Speculator subclasses DFlashSpeculator); DSpark has ``load_dspark_model``."""
+    try:
+        if method == "dspark":
+            from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
+
+            return load_dspark_model
         from vllm.v1.worker.gpu.spec_decode.dflash.utils import load_dflash_model
 
-        model: nn.Module = load_dflash_model(target, vllm_config)
+        return load_dflash_model
+    except ImportError as exc:
+        raise LoaderUnavailable(f"no Model Runner V2 loader for {method}: {exc}") from exc
+
+
+def load_draft(
+    loader: str, target: nn.Module, vllm_config: Any, device: torch.device, method: str = "dflash"
+) -> LoadedDraft:
+    """Call the real draft loader. The caller holds ``set_current_vllm_config(vllm_config)``.
+
+    v2: the method's Model Runner V2 loader (``load_dflash_model``, the loader PR #46770 fixed,
+        or ``load_dspark_model``); its speculator builds metadata with each layer's
+        ``get_draft_attn_causal()`` flag.
+    v1: ``DFlashProposer.load_model`` (Model Runner V1, ``SpecDecodeBaseProposer._get_model``),
+        the path ``vllm.LLM`` takes wherever V2 is unavailable (CPU has no Triton); its
+        metadata carries one flag for all layers, ``dflash_causal``. V1 has no proposer for
+        dspark; ask ``v1_refusal`` first.
+    """
+    if loader == "v2":
+        model: nn.Module = _v2_loader(method)(target, vllm_config)
         return LoadedDraft(model, tuple(bool(c) for c in model.get_draft_attn_causal()))
     if loader == "v1":
+        if method == "dspark":
+            raise LoaderUnavailable("Model Runner V1 has no DSpark proposer")
         from vllm.v1.spec_decode.dflash import DFlashProposer
 
         proposer = DFlashProposer(vllm_config, device)
@@ -166,31 +221,52 @@ def selector_block_size(cache_config: Any) -> int | None:
     return cache_config.block_size if user_specified else None
 
 
-def _selector_config(truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> Any:
+def draft_cache_dtype(vllm_config: Any) -> str:
+    """The KV-cache dtype the draft's layers should get: speculative_config.kv_cache_dtype
+    when set (both loaders put it in the draft's cache_config), else the target's."""
+    spec = vllm_config.speculative_config
+    chosen = getattr(spec, "kv_cache_dtype", None) if spec is not None else None
+    return str(chosen if chosen is not None else vllm_config.cache_config.cache_dtype)
+
+
+def layer_kv_cache_dtype(attn: Any) -> str:
+    return str(attn.kv_cache_dtype)
+
+
+def _selector_config(truth: DraftTruth, dtype: torch.dtype, vllm_config: Any, layer: int | None = None) -> Any:
+    """What the selector sees for a draft layer (``layer``; None = the draft as a whole: any
+    windowed layer, any non-causal layer, as the loader's ``use_non_causal`` says)."""
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
+    windowed = (
+        any(truth.layer_window(i) for i in range(truth.shape.draft_layers))
+        if layer is None
+        else bool(truth.layer_window(layer))
+    )
     return AttentionSelectorConfig(
         head_size=truth.shape.head_dim,
         dtype=dtype,
-        kv_cache_dtype=vllm_config.cache_config.cache_dtype,
+        kv_cache_dtype=draft_cache_dtype(vllm_config),
         block_size=selector_block_size(vllm_config.cache_config),
         has_sink=truth.spec.sink,
-        has_sliding_window=bool(truth.spec.sliding_window),
-        use_non_causal=not truth.spec.causal,
+        has_sliding_window=windowed,
+        use_non_causal=truth.any_non_causal,
     )
 
 
-def platform_choice(requested: str | None, truth: DraftTruth, dtype: torch.dtype, vllm_config: Any) -> str:
+def platform_choice(
+    requested: str | None, truth: DraftTruth, dtype: torch.dtype, vllm_config: Any, layer: int | None = None
+) -> str:
     """What the platform's own selector returns for this request, asked directly rather than
     through any loader, so a loader that drops the request shows up as a different backend.
-    A clean refusal escapes as vLLM's ValueError."""
+    A clean refusal escapes as vLLM's ValueError. ``layer``: for that draft layer's window."""
     from vllm.platforms import current_platform
     from vllm.utils.import_utils import resolve_obj_by_qualname
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     selected = AttentionBackendEnum[requested] if requested is not None else None
     path = current_platform.get_attn_backend_cls(
-        selected, attn_selector_config=_selector_config(truth, dtype, vllm_config), num_heads=truth.shape.heads
+        selected, attn_selector_config=_selector_config(truth, dtype, vllm_config, layer), num_heads=truth.shape.heads
     )
     name: str = resolve_obj_by_qualname(path).get_name()
     return name

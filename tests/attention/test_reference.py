@@ -29,7 +29,7 @@ def brute_force(q, keys, values, query_lens, scale, causal, sinks, window):
                 for j in range(seq_len):
                     if causal and j > pos:
                         continue
-                    if window and pos - j >= window:
+                    if window and (pos - j >= window or (not causal and j - pos >= window)):
                         continue
                     dot = sum(float(q[token, h, d]) * float(k[j, kv, d]) for d in range(dim))
                     logits.append((j, dot * scale))
@@ -93,10 +93,17 @@ def test_bottom_right_mask():
         [False, False, True, True, False],
         [False, False, False, True, True],
     ]
-    # Non-causal with a window: the left bound only, later keys stay visible.
+    # Non-causal with a window: symmetric, later keys beyond the window are hidden too
+    # (vLLM's definition; a left-only bound agrees only while the queries fit in the window).
     assert visible_keys(5, 2, causal=False, window=2).tolist() == [
         [False, False, True, True, True],
         [False, False, False, True, True],
+    ]
+    assert visible_keys(6, 4, causal=False, window=2).tolist() == [
+        [False, True, True, True, False, False],
+        [False, False, True, True, True, False],
+        [False, False, False, True, True, True],
+        [False, False, False, False, True, True],
     ]
 
 
