@@ -35,8 +35,22 @@ class CpuOptions:
 
 CPU = Contract(
     name="cpu",
-    # CpuPlatform has no compute capability, no CUDA graphs and no FlashInfer.
-    axes=("backend", "causal", "sink", "sliding_window", "dtype", "kv_cache_dtype", "loader"),
+    # CpuPlatform has no compute capability, no CUDA graphs and no FlashInfer; the target's
+    # attention is no axis here either (CpuPlatform hands CPU_ATTN to every request).
+    axes=(
+        "backend",
+        "method",
+        "causal",
+        "sink",
+        "sliding_window",
+        "layers",
+        "head_size",
+        "dtype",
+        "kv_cache_dtype",
+        "draft_kv_cache_dtype",
+        "loader",
+        "context",
+    ),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     options=CpuOptions,
 )

@@ -149,11 +149,12 @@ def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, f
     assert fragment in raised.value.line() and "\n" not in raised.value.line()
 
 
-@pytest.mark.parametrize("lane", ["cpu", "selection", "gpu"])
-def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str) -> None:
-    text = BIG_PRODUCT.replace('lane = "fake"', f'lane = "{lane}"') + '[cover]\nlayers = ["uniform", "mixed"]\n'
+@pytest.mark.parametrize(("lane", "axis"), [("cpu", "target_attention"), ("selection", "layers"), ("gpu", "layers")])
+def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str, axis: str) -> None:
+    values = {"layers": '["uniform", "mixed"]', "target_attention": '["auto", "FLASHINFER"]'}[axis]
+    text = BIG_PRODUCT.replace('lane = "fake"', f'lane = "{lane}"') + f"[cover]\n{axis} = {values}\n"
     if lane == "cpu":
         text = text.replace('capability = ["8.0", "9.0", "10.0", "12.0"]\n', "")
     with pytest.raises(InputError) as raised:
         load_matrix(write(tmp_path, "m.toml", text))
-    assert "axes.layers" in raised.value.line()
+    assert f"axes.{axis}" in raised.value.line() or f"cover.{axis}" in raised.value.line()

