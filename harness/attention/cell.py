@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import torch
 
 from harness.attention.checkpoint import DraftSpec, DraftTruth
-from harness.attention.draft import DRAFT_LAYER_KINDS, EngineShape
+from harness.attention.draft import EngineShape
 from harness.attention.paged import Batch, Inputs
-from harness.axes import TARGET_KIND_PREFIX
+from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
 from harness.observation import Claim, Observation, one_line
 from harness.stages import Stage, StageLog

@@ -50,8 +50,6 @@ class EngineShape:
 # vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
 # DFlash2DraftModel architecture selects the speculator), DSpark under "dspark".
 SPECULATIVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
-# Every KV-cache-group kind a DFlash draft layer can belong to (vllm KVCacheSpecKind values).
-DRAFT_LAYER_KINDS = ("full_attention", "sliding_window")
 
 
 def engine_config(

@@ -109,15 +109,20 @@ def _selection_process(cell: Mapping[str, AxisValue]) -> str:
 
 SELECTION = Contract(
     name="selection",
-    # Not the family's axes (method, layers, head_size, ...): it builds no such draft yet.
+    # Of the family's axes: method, head size, the draft's own KV dtype and the target's
+    # attention; no layer layouts (it builds no windowed draft) and no contexts (no kernel runs).
     axes=(
         "capability",
         "backend",
+        "method",
         "causal",
         "sink",
         "sliding_window",
+        "head_size",
         "dtype",
         "kv_cache_dtype",
+        "draft_kv_cache_dtype",
+        "target_attention",
         "loader",
         "cudagraph",
         "flashinfer_cubin",

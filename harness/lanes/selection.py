@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.axes import capability_token
+from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX, capability_token
 from harness.lanes.contracts import SELECTION, SelectionOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
@@ -43,6 +43,7 @@ from harness.vllm_release import vllm_provenance
 
 # Enum members that are no decoder backend at all (ViT-only tag, third-party placeholder).
 NOT_DECODER_BACKENDS = ("TORCH_SDPA", "CUSTOM")
+_SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not valid")
 _REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
 _NO_DRIVER = "Found no NVIDIA driver"
 
@@ -166,7 +167,7 @@ class _Session:
         # Removed when the cell process exits (the runner's spawned children exit normally).
         self._workdir = tempfile.TemporaryDirectory(prefix="dflash-selection-")
         self._checkpoints = Path(self._workdir.name)
-        self._drafts: dict[tuple[bool, bool], Path] = {}
+        self._drafts: dict[tuple[bool, bool, str, int], Path] = {}
         self._target_path = self._write_target()
         self._distributed = False
         self._target_module: Any = None
@@ -218,21 +219,34 @@ class _Session:
     def _write_target(self) -> Path:
         return self._write("target", self._qwen3_config())
 
-    def draft_path(self, causal: bool, sink: bool) -> Path:
-        key = (causal, sink)
+    def draft_path(self, causal: bool, sink: bool, method: str = "dflash", head_size: int | None = None) -> Path:
+        """A config-only draft in the method's own format (qwen3_dflash.py, qwen3_dflash2.py,
+        qwen3_dspark.py): the fields their model classes read when they build."""
+        head = head_size or self.options.head_dim
+        key = (causal, sink, method, head)
         if key not in self._drafts:
+            dflash_config: dict[str, object] = {
+                "mask_token_id": 1000,
+                "target_layer_ids": [1, 2],
+                "causal": causal,
+                "attention_sink_bias": sink,
+            }
+            extra: dict[str, object] = {}
+            architecture = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel", "dspark": "Qwen3DSparkModel"}
+            if method == "dflash2":
+                dflash_config.update(conv_kernel_size=2, conv_group_size=32, selector_rank=8, selector_top_k=4)
+            elif method == "dspark":
+                extra["markov_rank"] = 8
+            name = f"draft-{method}-hd{head}-{'causal' if causal else 'noncausal'}-{'sink' if sink else 'nosink'}"
             self._drafts[key] = self._write(
-                f"draft-{'causal' if causal else 'noncausal'}-{'sink' if sink else 'nosink'}",
+                name,
                 self._qwen3_config(
-                    architectures=["DFlashDraftModel"],
+                    architectures=[architecture[method]],
                     num_hidden_layers=1,
                     block_size=8,
-                    dflash_config={
-                        "mask_token_id": 1000,
-                        "target_layer_ids": [1, 2],
-                        "causal": causal,
-                        "attention_sink_bias": sink,
-                    },
+                    head_dim=head,
+                    dflash_config=dflash_config,
+                    **extra,
                 ),
             )
         return self._drafts[key]
@@ -307,18 +321,41 @@ class _Session:
         stage_log(Stage.BUILD)
         try:
             layers = self.build_draft(cell, loader)
+        except _V1Refusal as refusal:
+            # vLLM's own answer for Model Runner V1 (VllmConfig._validate_v1_model_runner).
+            details["draft"] = "not built: Model Runner V1 refuses the config"
+            return seen(platform_choice=platform_choice, rejection=(str(refusal),))
+        except _Unavailable as why:
+            details["draft"] = f"not built: {why}"
+            return seen(platform_choice=platform_choice, unavailable=str(why))
         except ValueError as error:
             if rejection is not None:
                 # The loader refused the request with a configuration error, as the platform did.
                 details["draft"] = f"loader refused it too: {one_line(error, 300)}"
                 return seen(platform_choice=platform_choice, rejection=rejection)
+            selected = _SELECTED.search(str(error))
+            if selected is not None and selected.group(1) != platform_choice:
+                # The platform accepts the request, yet the loader selected another backend for
+                # the draft's layers (e.g. the target's backend_per_kind), which refused them.
+                details["draft"] = (
+                    f"the loader selected {selected.group(1)} for the draft layers: {one_line(error, 300)}"
+                )
+                return seen(platform_choice=platform_choice, observed_backends=(selected.group(1),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         except Exception as error:
             if _NO_DRIVER in str(error):
                 details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
-        details["draft_layers"] = [f"{name}: {backend} ({impl})" for name, backend, impl in layers]
-        observed = tuple(backend for _, backend, _ in layers)
+        details["draft_layers"] = [f"{name}: {backend} ({impl}, kv {kv})" for name, backend, impl, kv in layers]
+        observed = tuple(backend for _, backend, _, _ in layers)
+        wanted_kv = self.draft_kv_cache_dtype(cell)
+        lost = tuple(
+            f"{name} has kv_cache_dtype {kv}, the draft asked for {wanted_kv}"
+            for name, _, _, kv in layers
+            if kv != wanted_kv
+        )
+        if lost:
+            return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         if rejection is not None:
             # The platform refuses this request, yet the loader built a draft: it never passed
             # the request on (wrong-backend), and the verdict must not read 'unsupported'.
@@ -329,9 +366,10 @@ class _Session:
     def selector_config(self, cell: Cell) -> Any:
         """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
         wanted: dict[str, Any] = {
-            "head_size": self.options.head_dim,
+            "head_size": self.head_size(cell),
             "dtype": getattr(self.apis.torch, str(SELECTION.value(cell.values, "dtype"))),
-            "kv_cache_dtype": str(SELECTION.value(cell.values, "kv_cache_dtype")),
+            # The draft's layers select with the draft's own cache dtype when one is set.
+            "kv_cache_dtype": self.draft_kv_cache_dtype(cell),
             "block_size": None,
             "has_sink": bool(cell.get("sink")),
             "use_non_causal": not bool(cell.get("causal")),
@@ -343,6 +381,16 @@ class _Session:
             if name not in fields and value:
                 raise _Unavailable(f"this vLLM release's AttentionSelectorConfig has no {name} field")
         return self.apis.selector_config(**{name: value for name, value in wanted.items() if name in fields})
+
+    def head_size(self, cell: Cell) -> int:
+        """The cell's head size; without the axis, the lane's head_dim option."""
+        return int(cell.get("head_size") or self.options.head_dim)
+
+    @staticmethod
+    def draft_kv_cache_dtype(cell: Cell) -> str:
+        """speculative_config.kv_cache_dtype when the cell sets one, else the target's."""
+        own = str(cell.get("draft_kv_cache_dtype", "target"))
+        return str(SELECTION.value(cell.values, "kv_cache_dtype")) if own == "target" else own
 
     def select(self, cell: Cell) -> _Selection:
         apis = self.apis
@@ -378,22 +426,32 @@ class _Session:
         return selection
 
     # -- the draft --------------------------------------------------------
-    def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str]]:
+    def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str, str]]:
         apis = self.apis
         # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
         # lost request), so its host patch is always in place before a build.
         self._allow_flashinfer_on_host()
         config = self.engine_config(cell)
+        if loader == "v1":
+            features = getattr(config, "_get_v1_model_runner_unsupported_features", None)
+            unsupported = features() if features is not None else []
+            if unsupported:
+                raise _V1Refusal(f"Model Runner V1 does not support: {', '.join(unsupported)}")
         with apis.set_current_vllm_config(config):
             self._init_distributed()
             if loader == "v2":
-                draft = apis.v2_loader_module().load_dflash_model(self._target(), config)
+                draft = apis.v2_loader(str(cell.get("method", "dflash")))(self._target(), config)
             else:
                 proposer = apis.v1_proposer()(config, apis.torch.device("cpu"))
                 proposer.load_model(self._target())
                 draft = proposer.model
         return [
-            (name, module.get_attn_backend().get_name(), type(getattr(module, "impl", None)).__name__)
+            (
+                name,
+                module.get_attn_backend().get_name(),
+                type(getattr(module, "impl", None)).__name__,
+                str(getattr(module, "kv_cache_dtype", "")),
+            )
             for name, module in draft.named_modules()
             if isinstance(module, apis.attention_layer_base)
         ]
@@ -401,13 +459,19 @@ class _Session:
     def engine_config(self, cell: Cell) -> Any:
         """A fresh VllmConfig per draft: layers register by name in the config they are built
         under, so a second draft in the same config fails with 'Duplicate layer name'."""
+        method = str(cell.get("method", "dflash"))
         speculative: dict[str, object] = {
-            "method": "dflash",
-            "model": str(self.draft_path(bool(cell.get("causal")), bool(cell.get("sink")))),
+            # DFlash2 is served under "dflash" (its architecture picks the speculator).
+            "method": "dspark" if method == "dspark" else "dflash",
+            "model": str(
+                self.draft_path(bool(cell.get("causal")), bool(cell.get("sink")), method, self.head_size(cell))
+            ),
             "num_speculative_tokens": 4,
         }
         if cell.requested_backend is not None:
             speculative["attention_backend"] = cell.requested_backend
+        if str(cell.get("draft_kv_cache_dtype", "target")) != "target":
+            speculative["kv_cache_dtype"] = str(cell.get("draft_kv_cache_dtype"))
         arguments: dict[str, object] = {
             "model": str(self._target_path),
             "speculative_config": speculative,
@@ -418,7 +482,14 @@ class _Session:
             "max_model_len": 1024,
             "enforce_eager": True,
         }
-        if self.options.target_backend:
+        target = str(cell.get("target_attention", "auto"))
+        if target.startswith(TARGET_KIND_PREFIX):
+            # attention_config.backend_per_kind for every kind a draft layer can be.
+            backend = target.removeprefix(TARGET_KIND_PREFIX)
+            arguments["attention_config"] = {"backend_per_kind": dict.fromkeys(DRAFT_LAYER_KINDS, backend)}
+        elif target != "auto":
+            arguments["attention_backend"] = target
+        elif self.options.target_backend:
             arguments["attention_backend"] = self.options.target_backend
         config = self.apis.engine_args(**arguments).create_engine_config()
         cpu = self.apis.torch.device("cpu")
@@ -459,6 +530,10 @@ class _Session:
 
 class _Unavailable(Exception):
     """The backend, or an API the lane needs, does not exist in this vLLM release."""
+
+
+class _V1Refusal(Exception):
+    """Model Runner V1 refuses this draft config (dspark, DFlash2 candidate heads, ...)."""
 
 
 @dataclass
@@ -550,9 +625,23 @@ class _VllmApis:
         return str(self.resolve(class_path).get_name())
 
     @staticmethod
-    def v2_loader_module() -> Any:
+    def v2_loader_module(method: str = "dflash") -> Any:
         # Looked up on the module at every call, so a planted copy of the loader is the one used.
-        return importlib.import_module("vllm.v1.worker.gpu.spec_decode.dflash.utils")
+        family = "dspark" if method == "dspark" else "dflash"
+        return importlib.import_module(f"vllm.v1.worker.gpu.spec_decode.{family}.utils")
+
+    def v2_loader(self, method: str) -> Any:
+        """Model Runner V2's loader for the method: DFlash and DFlash2 share load_dflash_model
+        (DFlash2Speculator subclasses DFlashSpeculator), DSpark has load_dspark_model."""
+        try:
+            module = self.v2_loader_module(method)
+        except ImportError as error:
+            raise _Unavailable(f"this vLLM release has no Model Runner V2 loader for {method}: {error}") from None
+        name = "load_dspark_model" if method == "dspark" else "load_dflash_model"
+        loader = getattr(module, name, None)
+        if loader is None:
+            raise _Unavailable(f"this vLLM release has no {module.__name__}.{name}")
+        return loader
 
     @staticmethod
     def v1_proposer() -> Any:
