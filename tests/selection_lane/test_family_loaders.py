@@ -1,0 +1,42 @@
+"""The family's loaders are guarded one by one: a DSpark loader that loses the request is
+caught as wrong-backend in DSpark cells and nowhere else (dflash and dflash2 share
+``load_dflash_model``, which the plant leaves alone)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.matrix import expand, load_matrix
+from harness.runner import run_matrix
+from harness.verdict import Verdict
+
+from . import sibling_loader
+
+pytestmark = pytest.mark.vllm
+
+MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
+
+
+def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only() -> None:
+    # Every v2 cell of a non-default method, and their dflash neighbours on the same backends.
+    family = [c for c in expand(load_matrix(MATRIX)) if c.values["method"] != "dflash" and c.values["loader"] == "v2"]
+    backends = {c.values["backend"] for c in family}
+    plain = [
+        c
+        for c in expand(load_matrix(MATRIX))
+        if c.values["method"] == "dflash"
+        and c.values["loader"] == "v2"
+        and c.values["backend"] in backends
+        and c.values["capability"] in ("9.0", "10.0")
+        and c.values["sink"]
+        and c.values["flashinfer_cubin"]
+    ]
+    results = run_matrix(MATRIX, plants=[f"{sibling_loader.__name__}:plant"], cell_ids=[c.id for c in family + plain])
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    assert changed, "the planted DSpark loader changed no verdict"
+    for result in changed.values():
+        assert result.axes["method"] == "dspark", (result.id, result.verdict, result.message)
+        assert result.verdict == Verdict.WRONG_BACKEND, (result.id, result.verdict, result.message)
+    assert any(r.axes["method"] == "dflash2" and r.ok for r in results)
