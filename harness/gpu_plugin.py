@@ -6,7 +6,7 @@ Three jobs, all before any process touches CUDA:
   span several GPU generations (one run = one generation's expectations);
 - give each pytest-xdist worker one GPU: the controller counts the devices and hands worker
   ``gwN`` its ``CUDA_VISIBLE_DEVICES`` value; the worker sets it at configure time, before
-  ``harness.runner`` spawns the cell processes that inherit it. ``-n <num GPUs>`` shards the
+  ``harness.runner.supervisor`` spawns the cell processes that inherit it. ``-n <num GPUs>`` shards the
   matrix across the GPUs;
 - run the cells of this GPU generation only: the matrix lists every generation on its
   ``capability`` axis so that one expectations file keys rules on it; cells of the other

@@ -52,6 +52,8 @@ class Observation:
     unavailable:       why the backend, or the API the lane needs, does not exist here.
     failure:           an unexpected exception, with its stage.
     timed_out:         the cell ran past its time limit (set by the runner, never by a lane).
+    retire_process:    why the process that observed this cannot be trusted with another cell
+                       (a sticky CUDA error): the runner replaces it before the next cell.
     max_abs_err / tolerance: the numeric comparison against the reference, when one ran.
     layer_choices:     the platform's choice per draft layer, when the layers of one draft differ
                        (a hybrid draft's windowed and full layers); empty = ``platform_choice``
@@ -68,6 +70,7 @@ class Observation:
     unavailable: str | None = None
     failure: Failure | None = None
     timed_out: bool = False
+    retire_process: str | None = None
     max_abs_err: float | None = None
     tolerance: float | None = None
     claim: Claim | None = None

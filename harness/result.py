@@ -146,8 +146,15 @@ def decide(cell: Cell, observation: Observation, expectation: Expectation) -> Ce
         claim=observation.claim,
         claim_gap=claim_gap(observation.claim, judgement.verdict),
         duration_s=observation.duration_s,
-        details=dict(observation.details),
+        details=_details(observation),
     )
+
+
+def _details(observation: Observation) -> dict[str, Any]:
+    details = dict(observation.details)
+    if observation.retire_process:
+        details["process_retired"] = observation.retire_process
+    return details
 
 
 def _outcome(verdict: Verdict, expected: Verdict, expected_message: str | None, message: str) -> Outcome:

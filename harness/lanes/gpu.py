@@ -16,15 +16,12 @@ worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit tha
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import gc
 import importlib.metadata
 import os
 import platform
 import tempfile
-import time
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,11 +36,10 @@ from harness.gpu_devices import (
     query_environment,
 )
 from harness.lanes.contracts import GPU, GpuOptions
-from harness.lanes.protocol import StageLog, StageTracker
+from harness.lanes.protocol import Aftermath
 from harness.matrix import Cell, Matrix
-from harness.observation import Failure, Observation, one_line
-from harness.runner import POISONED
-from harness.stages import Stage
+from harness.observation import Observation, one_line
+from harness.stages import Stage, StageLog
 from harness.vllm_release import vllm_provenance
 
 
@@ -260,43 +256,20 @@ class GpuLane:
         major, minor = torch.cuda.get_device_capability(0)
         return f"{major}.{minor}"
 
-    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        started = time.perf_counter()
-        stages = StageTracker(stage_log)
-        stages(Stage.CONFIG)
-        try:
-            observation = self._observe(cell, stages)
-        except Exception as exc:
-            observation = self._failure(cell, stages.current, exc)
-        return dataclasses.replace(observation, duration_s=time.perf_counter() - started)
-
-    def _failure(self, cell: Cell, stage: Stage, exc: Exception) -> Observation:
-        details: dict[str, Any] = {"traceback": traceback.format_exc(limit=8)}
-        message = one_line(exc)
-        sticky = is_sticky_cuda_error(message)
+    def assess_failure(self, cell: Cell, stage: Stage, error: Exception) -> Aftermath:
+        """A sticky CUDA error (illegal memory access, device-side assert) fails every later CUDA
+        call in this process, and shows up at the next synchronisation, which may be the
+        comparison: it happened in the forward. A failed capture can leave the stream's capture
+        state behind. Either way a fresh process is cheaper than doubting every later cell."""
+        sticky = is_sticky_cuda_error(one_line(error))
         healthy = _cuda_healthy()
-        graph_forward = cell.get("cudagraph") == "graph" and stage in (Stage.FORWARD, Stage.COMPARE)
-        if sticky or not healthy or graph_forward:
-            # A sticky error shows up at the next synchronisation, which may be the comparison;
-            # it happened in the forward. A failed capture can leave the stream's capture state
-            # behind: a fresh process is cheaper than doubting every later cell.
-            details[POISONED] = True
-            details["poisoned_because"] = (
-                "sticky CUDA error"
-                if sticky
-                else "CUDA no longer synchronises"
-                if not healthy
-                else "failed graph capture"
-            )
-            if stage is Stage.COMPARE:
-                stage = Stage.FORWARD
-        return Observation(
-            requested_backend=cell.requested_backend,
-            failure=Failure(stage, type(exc).__name__, message),
-            details=details,
-        )
+        graph_forward = GPU.value(cell.values, "cudagraph") == "graph" and stage in (Stage.FORWARD, Stage.COMPARE)
+        if not (sticky or not healthy or graph_forward):
+            return Aftermath(stage)
+        why = "sticky CUDA error" if sticky else "failed graph capture" if healthy else "CUDA no longer synchronises"
+        return Aftermath(Stage.FORWARD if stage is Stage.COMPARE else stage, retire_process=why)
 
-    def _observe(self, cell: Cell, stages: StageTracker) -> Observation:
+    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         import torch
 
         from harness.attention.cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
@@ -348,7 +321,7 @@ class GpuLane:
         tolerance = cell.tolerance
         if kv_reference_dtype(kv_cache_dtype) is not None:
             tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
-        observation = observe_cell(cell, process, setup, stages, tolerance)
+        observation = observe_cell(cell, process, setup, stage_log, tolerance)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"
         observation.details.update(cudagraph=runtime, kv_cache_dtype=kv_cache_dtype)
         return observation

@@ -1,34 +1,22 @@
 """The one interface every lane implements (cf. pytest-xdist's scheduler Protocol).
 
-A lane turns a cell into an Observation. It never decides a verdict, never writes
-reports and never imports another lane. One module per lane under ``harness.lanes``,
-each exposing ``create(matrix) -> Lane``.
+A lane turns a cell into an Observation and nothing else. It never decides a verdict, never
+writes reports, never imports another lane or the runner. Exceptions, timing and stage
+bookkeeping belong to the runner (``harness.runner.child``): an exception escaping ``observe``
+is a crash at the last stage the lane logged. One module (or package) per lane under
+``harness.lanes``, each exposing ``create(matrix) -> Lane``; what a lane can run is declared
+apart, as data (``harness.lanes.contracts``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
-from harness.stages import Stage
-
-# Called by a lane as it enters each stage, so that a cell whose process dies
-# (segfault, abort, device assert) can still be reported with the stage it died in.
-StageLog = Callable[[Stage], None]
-
-
-class StageTracker:
-    """A StageLog that also remembers the last stage, for the Failure of an exception."""
-
-    def __init__(self, stage_log: StageLog):
-        self._log = stage_log
-        self.current = Stage.CONFIG
-
-    def __call__(self, stage: Stage) -> None:
-        self.current = stage
-        self._log(stage)
+from harness.stages import Stage, StageLog
 
 
 class Lane(Protocol):
@@ -42,6 +30,21 @@ class Lane(Protocol):
         """Try one cell. Expected refusals are facts in the Observation; an exception
         escaping here is treated as a crash at the last stage logged."""
         ...
+
+
+@dataclass(frozen=True)
+class Aftermath:
+    """What an exception that escaped ``observe`` means, in the lane's own knowledge: the stage
+    it belongs to, and why (if at all) the process must not serve another cell."""
+
+    stage: Stage
+    retire_process: str | None = None
+
+
+class AssessesFailures(Protocol):
+    """Optional for a lane: the runner asks it about each exception that escapes ``observe``."""
+
+    def assess_failure(self, cell: Cell, stage: Stage, error: Exception) -> Aftermath: ...
 
 
 LaneFactory = Callable[[Matrix], Lane]

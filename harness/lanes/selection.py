@@ -26,9 +26,8 @@ import importlib.metadata
 import json
 import re
 import tempfile
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +120,12 @@ class SelectionLane:
         return env
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        started = time.perf_counter()
         stage_log(Stage.CONFIG)
         try:
             session = self._session_for(cell)
         except NotSimulatable as why:
             return Observation(requested_backend=cell.requested_backend, unavailable=str(why))
-        observation = session.observe(cell, stage_log)
-        return _with_duration(observation, time.perf_counter() - started)
+        return session.observe(cell, stage_log)
 
     def _session_for(self, cell: Cell) -> _Session:
         if self._startup_error is not None:
@@ -145,10 +142,6 @@ class SelectionLane:
         elif self._session.gpu != gpu:
             raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._session.gpu}")
         return self._session
-
-
-def _with_duration(observation: Observation, seconds: float) -> Observation:
-    return replace(observation, duration_s=seconds)
 
 
 def create(matrix: Matrix) -> SelectionLane:

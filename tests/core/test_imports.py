@@ -91,3 +91,37 @@ def test_no_import_circle_in_harness() -> None:
     circles = {tuple(circle) for circle in _circles()}
     assert sorted(circles - set(KNOWN_CIRCLES)) == []
     assert sorted(set(KNOWN_CIRCLES) - circles) == [], "a known circle is gone: drop it from KNOWN_CIRCLES"
+
+
+def _reachable(module: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        for imported in GRAPH[todo.pop()]:
+            if imported not in seen:
+                seen.add(imported)
+                todo.append(imported)
+    return seen
+
+
+def test_no_lane_imports_the_runner() -> None:
+    lanes = [module for module in GRAPH if module.startswith("harness.lanes.")]
+    assert lanes
+    for lane in lanes:
+        assert not {m for m in GRAPH[lane] if m.startswith("harness.runner")}, lane
+
+
+def test_the_cell_process_imports_nothing_of_the_parent() -> None:
+    """A cell process loads the child side and the lane (through importlib, not seen here):
+    never the journal, the expectations, the reports or the runner's parent side."""
+    reached = _reachable("harness.runner.child")
+    parent_only = {
+        "harness.journal",
+        "harness.expectations",
+        "harness.result",
+        "harness.pytest_plugin",
+        "harness.runner.session",
+        "harness.runner.supervisor",
+    }
+    assert not reached & parent_only
+    assert not {m for m in reached if m.startswith("harness.reports")}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 pytestmark = pytest.mark.vllm

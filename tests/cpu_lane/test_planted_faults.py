@@ -14,7 +14,7 @@ import pytest
 
 from harness.matrix import expand, load_matrix
 from harness.result import CellResult
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Stage, Verdict
 
 from . import plants

@@ -12,7 +12,6 @@ from harness.attention.graph import replay_batches
 from harness.errors import InputError
 from harness.lanes import gpu
 from harness.matrix import expand, load_matrix
-from harness.runner import POISONED
 from harness.verdict import Stage
 
 from .emulated_graphs import EmulatedGraphs, SilentGraphs, StaleGraphs
@@ -98,7 +97,7 @@ def _lane(tmp_path: Path) -> gpu.GpuLane:
         ("Selected backend is not valid", True, Stage.SELECT, False, Stage.SELECT),
     ],
 )
-def test_sticky_errors_poison_the_process(
+def test_sticky_errors_retire_the_process(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     message: str,
@@ -109,10 +108,9 @@ def test_sticky_errors_poison_the_process(
 ) -> None:
     monkeypatch.setattr(gpu, "_cuda_healthy", lambda: healthy)
     cell = expand(load_matrix(_matrix(tmp_path, "")))[0]
-    observation = _lane(tmp_path)._failure(cell, stage, RuntimeError(message))
-    assert observation.failure is not None
-    assert observation.failure.stage is reported_stage
-    assert observation.details.get(POISONED, False) is poisoned
+    aftermath = _lane(tmp_path).assess_failure(cell, stage, RuntimeError(message))
+    assert aftermath.stage is reported_stage
+    assert (aftermath.retire_process is not None) is poisoned
 
 
 def test_a_failed_graph_capture_retires_the_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,5 +119,5 @@ def test_a_failed_graph_capture_retires_the_process(tmp_path: Path, monkeypatch:
     graph = next(c for c in cells if c.get("cudagraph") == "graph")
     eager = next(c for c in cells if c.get("cudagraph") == "eager")
     error = RuntimeError("operation not permitted when stream is capturing")
-    assert _lane(tmp_path)._failure(graph, Stage.FORWARD, error).details.get(POISONED) is True
-    assert POISONED not in _lane(tmp_path)._failure(eager, Stage.FORWARD, error).details
+    assert _lane(tmp_path).assess_failure(graph, Stage.FORWARD, error).retire_process == "failed graph capture"
+    assert _lane(tmp_path).assess_failure(eager, Stage.FORWARD, error).retire_process is None

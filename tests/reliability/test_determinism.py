@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.matrix import expand, load_matrix
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from .planted import cell_ids, inner_env, write_fake_matrix

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
 from harness.matrix import expand, load_matrix
-from harness.runner import CellRunner, run_matrix
+from harness.runner import supervisor
+from harness.runner.session import run_matrix
+from harness.runner.supervisor import CellRunner
 from harness.verdict import Stage, Verdict
 
 from .planted import cell_ids, write_fake_matrix
@@ -93,7 +94,7 @@ def test_plants_are_applied_again_in_every_replacement_process(tmp_path: Path) -
 def test_lane_that_never_starts_fails_every_cell_once_without_waiting_per_cell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner, "STARTUP_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(supervisor, "STARTUP_TIMEOUT_S", 1.0)
     path = write_fake_matrix(tmp_path, "stuck", ["A_ATTN"])
 
     began = time.monotonic()

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from harness.matrix import expand, load_matrix
-from harness.runner import CellRunner, lane_groups_cells, run_matrix
+from harness.runner.session import lane_groups_cells, run_matrix
+from harness.runner.supervisor import CellRunner
 
 from .planted import cell_ids, write_fake_matrix
 

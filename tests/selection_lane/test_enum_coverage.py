@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 
 pytestmark = pytest.mark.vllm
 

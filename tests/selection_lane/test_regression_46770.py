@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.result import CellResult
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Stage, Verdict
 
 from . import prefix_loader

@@ -1,0 +1,220 @@
+"""The parent's side of a cell process: ``CellRunner`` starts one, hands it cells one at a
+time, and replaces it when it dies, hangs, asks to be retired or the next cell needs another
+process key (``harness.lanes.contracts``: the selection lane's simulated capability).
+
+When the child dies the cell is a ``crash`` at the stage it last logged, when it stops
+answering the cell is a ``timeout``; either way the next cell gets a fresh process. Processes
+are created in one place, ``launch``, so another way to start them can slot in there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from harness.matrix import Cell, Matrix
+from harness.observation import Failure, Observation, one_line
+from harness.runner.child import NO_STAGE, ChildRequest, serve, stage_at
+from harness.stages import Stage
+
+# Spawn, never fork: the parent may hold threads (xdist's execnet), and a forked
+# copy of a half-initialised CUDA or OpenMP runtime is its own source of crashes.
+_CONTEXT = multiprocessing.get_context("spawn")
+STARTUP_TIMEOUT_S = 600.0
+
+
+def thread_environment() -> dict[str, str]:
+    """One OpenMP thread per cell process, unless the user set OMP_NUM_THREADS.
+
+    torch sizes its pool to every core. A cell's tensors are tiny (a few hundred tokens of
+    a hidden-128 draft), so a second thread never made a cpu cell faster, while every
+    parallel region waits for a thread that another process holds: with xdist workers or
+    other jobs on the cores cells became many times slower (figures: benchmarks/README.md).
+    Parallelism comes from workers (-n).
+    """
+    return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
+
+
+def launch(request: ChildRequest, name: str) -> tuple[BaseProcess, Connection, Any]:
+    """Start one cell process serving ``request``: the process, the parent's end of its pipe,
+    and the shared slot holding the stage its current cell is in."""
+    parent_conn, child_conn = _CONTEXT.Pipe()
+    stage_slot = _CONTEXT.Value("i", NO_STAGE, lock=False)
+    process = _CONTEXT.Process(target=serve, args=(child_conn, request, stage_slot), name=name, daemon=True)
+    process.start()
+    child_conn.close()
+    return process, parent_conn, stage_slot
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "cell process stopped answering"
+    if code < 0:
+        try:
+            return f"cell process killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"cell process killed by signal {-code}"
+    return f"cell process exited with status {code}"
+
+
+@dataclass
+class _Child:
+    key: str
+    process: BaseProcess
+    conn: Connection
+    stage_slot: Any
+    environment: dict[str, Any]
+
+
+class CellRunner:
+    """Owns at most one child process at a time; replaces it when it dies, hangs or the key changes."""
+
+    def __init__(
+        self,
+        matrix: Matrix,
+        plants: Sequence[str] = (),
+        options: dict[str, Any] | None = None,
+        on_environment: Callable[[dict[str, Any]], None] | None = None,
+    ):
+        self.matrix = matrix
+        self.plants = tuple(plants)
+        self.options = dict(options or {})
+        self.on_environment = on_environment
+        self.environment = thread_environment()
+        self._child: _Child | None = None
+        self._broken: dict[str, str] = {}
+        self.restarts = 0
+
+    # -- child lifecycle -------------------------------------------------
+    def _start(self, key: str) -> _Child | str:
+        request = ChildRequest(
+            matrix_path=str(self.matrix.path),
+            plants=self.plants,
+            options=self.options,
+            parent=os.getpid(),
+            environment=self.environment,
+        )
+        process, parent_conn, stage_slot = launch(request, f"dflash-cell-{key}")
+        if not parent_conn.poll(STARTUP_TIMEOUT_S):
+            self._kill(process)
+            return f"lane did not start within {STARTUP_TIMEOUT_S:.0f} s"
+        try:
+            message = parent_conn.recv()
+        except EOFError:
+            process.join(5)
+            return f"lane failed to start: {_describe_exit(process.exitcode)}"
+        if message[0] == "broken":
+            process.join(5)
+            return f"lane failed to start: {message[1]}"
+        environment = message[1]
+        if self.on_environment is not None:
+            self.on_environment(environment)
+        return _Child(key, process, parent_conn, stage_slot, environment)
+
+    @staticmethod
+    def _kill(process: BaseProcess) -> None:
+        process.kill()
+        process.join(10)
+
+    def _retire(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        with contextlib.suppress(OSError):  # it may be dead already
+            child.conn.send(None)
+        child.process.join(10)
+        if child.process.is_alive():
+            self._kill(child.process)
+        child.conn.close()
+
+    def close(self) -> None:
+        self._retire()
+
+    # -- running ---------------------------------------------------------
+    def _ready_child(self, key: str) -> _Child | str:
+        """The warm child for this key, started if need be; a string says why none could start."""
+        if key in self._broken:
+            return self._broken[key]
+        if self._child is not None and (self._child.key != key or not self._child.process.is_alive()):
+            # A child that died between cells (OOM killer, a runtime's watchdog thread) owes
+            # the next cell nothing: that cell gets a fresh process instead of the blame.
+            self._retire()
+        if self._child is None:
+            started = self._start(key)
+            if isinstance(started, str):
+                self._broken[key] = started
+                return started
+            self._child = started
+        return self._child
+
+    def run(self, cell: Cell) -> Observation:
+        key = self.matrix.process_key(cell)
+        for _ in range(2):
+            child = self._ready_child(key)
+            if isinstance(child, str):
+                return self._startup_failure(cell, child)
+            # The slot still holds the stage the previous cell ended in; a death before this
+            # cell logs its first stage must not be reported at that stage.
+            child.stage_slot.value = NO_STAGE
+            try:
+                child.conn.send(cell)
+                break
+            except OSError:  # it died after the liveness check, still before this cell began
+                self._retire()
+        else:
+            return self._startup_failure(cell, "cell process died twice before the cell began")
+        began = time.perf_counter()
+        if child.conn.poll(cell.timeout_s):
+            try:
+                kind, observation = child.conn.recv()
+                if kind == "observed":
+                    if observation.retire_process:
+                        # A sticky device error (CUDA illegal memory access) fails every later
+                        # call in this process: a fresh process keeps the next cells honest.
+                        self._retire()
+                        self.restarts += 1
+                    return observation
+            except EOFError:
+                pass
+            except Exception as exc:  # received whole, but cannot be rebuilt here (a class only the
+                # cell process can import): the child is fine, this cell's report is not.
+                stage = stage_at(child.stage_slot.value)
+                why = one_line(f"cannot read the cell's observation: {type(exc).__name__}: {exc}")
+                return Observation(
+                    cell.requested_backend,
+                    failure=Failure(stage, "UnreadableObservation", why),
+                    duration_s=time.perf_counter() - began,
+                )
+            child.process.join(10)
+            elapsed = time.perf_counter() - began
+            return self._lost(cell, _describe_exit(child.process.exitcode), elapsed, timed_out=False)
+        return self._lost(cell, f"no result after {cell.timeout_s:g} s", time.perf_counter() - began, timed_out=True)
+
+    def _lost(self, cell: Cell, why: str, elapsed: float, timed_out: bool) -> Observation:
+        child = self._child
+        assert child is not None
+        stage = stage_at(child.stage_slot.value)
+        if child.process.is_alive():
+            self._kill(child.process)
+        self._child = None
+        self.restarts += 1
+        kind = "Timeout" if timed_out else "ProcessDied"
+        return Observation(
+            requested_backend=cell.requested_backend,
+            failure=Failure(stage, kind, f"{why} during stage {stage.value}"),
+            timed_out=timed_out,
+            duration_s=elapsed,
+            details={"process_key": child.key, "exitcode": child.process.exitcode},
+        )
+
+    @staticmethod
+    def _startup_failure(cell: Cell, why: str) -> Observation:
+        return Observation(requested_backend=cell.requested_backend, failure=Failure(Stage.CONFIG, "LaneStartup", why))
