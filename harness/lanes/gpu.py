@@ -16,6 +16,7 @@ worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit tha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import importlib.metadata
