@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.matrix import expand, load_matrix
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import sibling_loader
