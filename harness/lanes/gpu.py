@@ -273,7 +273,14 @@ class GpuLane:
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         import torch
 
-        from harness.attention.cell import CellSetup, EagerForward, kv_reference_dtype, observe_cell
+        from harness.attention.cell import (
+            CellSetup,
+            EagerForward,
+            context_lens,
+            engine_shape,
+            kv_reference_dtype,
+            observe_cell,
+        )
         from harness.attention.draft import EngineShape, engine_config
 
         wanted = cell.get("capability")
@@ -294,13 +301,18 @@ class GpuLane:
         # cells run what vLLM runs, eagerly, and say so.
         captured = graph and loader == "v2"
         query_len = EngineShape().num_speculative_tokens + 1
-        longest = max(self.options.context_lens) + (REPLAY_CONTEXT_STEP if captured else 0) + query_len
-        shape = EngineShape(
-            kv_cache_dtype=kv_cache_dtype,
-            block_size=self.options.block_size,
-            max_model_len=max(EngineShape().max_model_len, -(-longest // 256) * 256),
+        contexts = context_lens(cell, self.options.context_lens)
+        longest = max(contexts) + (REPLAY_CONTEXT_STEP if captured else 0) + query_len
+        # The family's axes (method, draft KV dtype, target attention) as engine settings.
+        shape = engine_shape(
+            cell,
+            EngineShape(
+                kv_cache_dtype=kv_cache_dtype,
+                block_size=self.options.block_size,
+                max_model_len=max(EngineShape().max_model_len, -(-longest // 256) * 256),
+            ),
         )
-        tokens = query_len * len(self.options.context_lens)
+        tokens = query_len * len(contexts)
 
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
             return engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
@@ -309,7 +321,7 @@ class GpuLane:
         setup = CellSetup(
             device=process.device,
             seed=seed,
-            context_lens=self.options.context_lens,
+            context_lens=contexts,
             query_len=query_len,
             config=config,
             # The target's attention never runs here: built eagerly with a plain cache, so a
@@ -320,7 +332,10 @@ class GpuLane:
             forward=GraphForward(process.device) if captured else EagerForward(process.device),
         )
         tolerance = cell.tolerance
-        if kv_reference_dtype(kv_cache_dtype) is not None:
+        if kv_reference_dtype(kv_cache_dtype) is not None or kv_reference_dtype(shape.draft_kv_cache_dtype or "") in (
+            torch.float8_e4m3fn,
+            torch.float8_e5m2,
+        ):
             tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
         observation = observe_cell(cell, process, setup, stage_log, tolerance)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"

@@ -149,9 +149,15 @@ def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, f
     assert fragment in raised.value.line() and "\n" not in raised.value.line()
 
 
-@pytest.mark.parametrize(("lane", "axis"), [("cpu", "target_attention"), ("selection", "layers"), ("gpu", "layers")])
+@pytest.mark.parametrize(
+    ("lane", "axis"), [("cpu", "target_attention"), ("selection", "layers"), ("selection", "context")]
+)
 def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str, axis: str) -> None:
-    values = {"layers": '["uniform", "mixed"]', "target_attention": '["auto", "FLASHINFER"]'}[axis]
+    values = {
+        "layers": '["uniform", "mixed"]',
+        "target_attention": '["auto", "FLASHINFER"]',
+        "context": '["short", "long"]',
+    }[axis]
     text = BIG_PRODUCT.replace('lane = "fake"', f'lane = "{lane}"') + f"[cover]\n{axis} = {values}\n"
     if lane == "cpu":
         text = text.replace('capability = ["8.0", "9.0", "10.0", "12.0"]\n', "")
