@@ -29,7 +29,8 @@ def test_axis_the_cpu_lane_cannot_vary_is_one_line(tmp_path):
         create(load_matrix(path))
     assert error.value.line() == (
         f"{path}: axes.capability: the cpu lane cannot vary this axis "
-        "(valid: backend, causal, sink, sliding_window, dtype, kv_cache_dtype, loader)"
+        "(valid: backend, method, causal, sink, sliding_window, layers, head_size, dtype, kv_cache_dtype, "
+        "draft_kv_cache_dtype, loader, context)"
     )
 
 
@@ -53,8 +54,9 @@ def test_bad_option_is_one_line(tmp_path, options, key):
 def test_shipped_matrix_is_whole():
     matrix = load_matrix(MATRIX)
     cells = expand(matrix)
-    # backend 4 x causal 2 x sink 2 x window 2 x dtype 3 x loader 2
-    assert len(cells) == 192
+    # backend 4 x causal 2 x sink 2 x window 3 x dtype 3 x loader 2, then 25 cells covering the
+    # family's axes pairwise
+    assert len(cells) == 288 + 25
     assert {cell.tolerance for cell in cells} == {matrix.tolerance_for(d) for d in ("bfloat16", "float16", "float32")}
     assert None not in {cell.tolerance for cell in cells}
     expectations = expectations_for(matrix)
