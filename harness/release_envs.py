@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import venv
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +50,7 @@ def offered_releases(python: str = sys.executable, project: str = "vllm") -> tup
 def _last_error(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip() and "is ignored" not in line]
     errors = [line for line in lines if line.startswith("ERROR")]
-    return (errors or lines or ["no output"])[-1 if not errors else 0]
+    return (errors or lines or ["no output"])[-1]
 
 
 def directory_size(path: Path) -> int:
@@ -68,7 +68,7 @@ def directory_size(path: Path) -> int:
 class ReleaseEnvs:
     root: Path
     keep: int = 2
-    requirement: str = "vllm=={release}"  # the pip requirement for a release
+    requirement: Callable[[str], str] = "vllm=={}".format  # the pip requirement for a release
     reuse: Mapping[str, Path] = field(default_factory=dict)  # existing envs, never deleted
     log: list[dict[str, object]] = field(default_factory=list)
     peak_bytes: int = 0
@@ -86,7 +86,7 @@ class ReleaseEnvs:
         started = time.monotonic()
         venv.EnvBuilder(with_pip=True, symlinks=True).create(env)
         python = str(env / "bin" / "python")
-        requirement = self.requirement.format(release=release)
+        requirement = self.requirement(release)
         done = subprocess.run(
             [python, str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
             stdout=subprocess.DEVNULL,

@@ -49,12 +49,21 @@ def _version(text: str, option: str) -> Version:
         raise InputError(option, "", f"{text!r} is not a vLLM version such as 0.33.0") from None
 
 
-def _releases(args: argparse.Namespace) -> tuple[tuple[str, ...], str]:
-    """The ordered releases (labels) and the pip requirement template."""
+def requirement_for(label: str) -> str:
+    """A bare version means that vLLM release; anything else is a pip requirement as given."""
+    try:
+        Version(label)
+    except InvalidVersion:
+        return label
+    return f"vllm=={label}"
+
+
+def _releases(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ordered releases (versions, or pip requirements given with --releases)."""
     if args.releases:
         if args.old or args.new:
             raise InputError("--releases", "", "give either --releases or --old/--new, not both")
-        return tuple(args.releases), "{release}"
+        return tuple(args.releases)
     if not args.old or not args.new:
         raise InputError("--old/--new", "", "both are needed (or --releases REQ...)")
     old, new = _version(args.old, "--old"), _version(args.new, "--new")
@@ -65,7 +74,7 @@ def _releases(args: argparse.Namespace) -> tuple[tuple[str, ...], str]:
         if text not in offered:
             near = [v for v in offered if Version(v).major == Version(text).major][:12]
             raise InputError(option, "", f"vLLM {text} is not offered by the package index", near)
-    return releases_between(offered, args.old, args.new), "vllm=={release}"
+    return releases_between(offered, args.old, args.new)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,10 +90,10 @@ def run(args: argparse.Namespace) -> int:
         if not folder or not (Path(folder) / "bin" / "python").exists():
             raise InputError("--reuse-env", "", f"{item!r} is not RELEASE=PATH of a venv")
         reuse[release] = Path(folder)
-    releases, requirement = _releases(args)
+    releases = _releases(args)
     out = Path(args.out)
     root = Path(args.cache) if args.cache else cache_dir() / "bisect"
-    envs = ReleaseEnvs(root, keep=max(1, args.keep_envs), requirement=requirement, reuse=reuse)
+    envs = ReleaseEnvs(root, keep=max(1, args.keep_envs), requirement=requirement_for, reuse=reuse)
     runs: list[dict[str, object]] = []
 
     def probe(release: str, cells: object) -> Mapping[str, Signature] | Uninstallable:
