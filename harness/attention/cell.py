@@ -199,6 +199,7 @@ def observe_cell(
     from vllm.config import set_current_vllm_config
 
     from harness.attention import draft as vllm_draft
+    from harness.attention.apis import vllm_apis
     from harness.attention.paged import quantizes_query, random_inputs
     from harness.attention.reference import reference_attention
 
@@ -217,6 +218,11 @@ def observe_cell(
         clock = now
 
     stages(Stage.CONFIG)
+    # A release without an entry point this flow calls (or without the requested backend) is
+    # unavailable here, as in every lane, never a crash blamed on the backend.
+    missing = vllm_apis().missing_for_draft_cell(loader, requested)
+    if missing is not None:
+        return Observation(requested, unavailable=missing, details={"loader": loader})
     spec, head_size = draft_spec(cell)
     truth = source.draft(spec, head_size)
     shape = truth.shape

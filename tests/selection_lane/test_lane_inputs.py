@@ -13,7 +13,8 @@ import pytest
 
 from harness.errors import InputError
 from harness.lanes.contracts import SELECTION
-from harness.lanes.selection import create, rejection_reasons
+from harness.lanes.selection import create
+from harness.lanes.selection.rejections import rejection_reasons
 from harness.matrix import expand, load_matrix
 from harness.simulated_cuda import SimulatedGpu, SimulationError, closed_loopback_url, install
 

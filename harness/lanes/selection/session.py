@@ -1,67 +1,30 @@
-"""The selection lane: which attention backend a DFlash draft gets on each GPU generation.
-
-It runs the official CUDA build of vLLM on a host without a GPU, with the GPU generation
-simulated (``harness.simulated_cuda``). Per cell it records
-
-* the claim: the requested backend's own ``validate_configuration`` reasons;
-* the platform's answer for the explicit request in isolation (a backend, or the
-  ValueError's reasons), and the auto-selection answer for the same draft layer;
-* the draft built through vLLM's real loader (Model Runner V2's ``load_dflash_model``, or
-  Model Runner V1's ``DFlashProposer``) from a config-only checkpoint with dummy weights on
-  device ``cpu``, and the backend every draft attention layer carries.
-
-No kernel runs here: the lane proves selection and wiring (does the request reach the
-draft's layers, and what does the platform choose), never that a kernel computes correctly
-on that GPU. One process simulates one (capability, FlashInfer cubin) pair, because vLLM
-caches selection helpers without the capability in their key (``process_key``).
-"""
+"""Everything the selection lane does with vLLM, for one simulated GPU in one process:
+imported once, checkpoints written once, distributed state initialised once, reused by every
+cell. Imported by the lane only once the simulated platform is installed."""
 
 from __future__ import annotations
 
-import ast
 import functools
 import gc
-import importlib
-import importlib.metadata
 import json
-import re
 import tempfile
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX, capability_token
+from harness.attention.apis import ApiUnavailable, vllm_apis
+from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
 from harness.lanes.contracts import SELECTION, SelectionOptions
-from harness.lanes.protocol import StageLog
-from harness.matrix import Cell, Matrix
+from harness.lanes.selection.census import census, not_in_matrix
+from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_reasons
+from harness.matrix import Cell
 from harness.observation import Claim, Failure, Observation, one_line
-from harness.simulated_cuda import NotSimulatable, SimulatedGpu, allow_host_flashinfer_impl, install
-from harness.stages import Stage
-from harness.vllm_release import vllm_provenance
-
-# Enum members that are no decoder backend at all (ViT-only tag, third-party placeholder).
-NOT_DECODER_BACKENDS = ("TORCH_SDPA", "CUSTOM")
-_SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not valid")
-_REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
-_NO_DRIVER = "Found no NVIDIA driver"
+from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
+from harness.stages import Stage, StageLog
 
 
-def gpu_for(cell: Cell) -> SimulatedGpu:
-    return SimulatedGpu(str(cell.get("capability")), bool(SELECTION.value(cell.values, "flashinfer_cubin")))
-
-
-def rejection_reasons(error: ValueError) -> tuple[str, ...]:
-    """The reasons list of vLLM's 'Selected backend X is not valid ... Reason: [...]'."""
-    text = str(error)
-    found = _REASONS.search(text)
-    if found is None:
-        return (text,)
-    try:
-        reasons = ast.literal_eval(found.group(1))
-    except (ValueError, SyntaxError):
-        return (found.group(1)[1:-1],)  # an import error vLLM formatted without quotes
-    return tuple(str(reason) for reason in reasons) if isinstance(reasons, list) else (str(reasons),)
+class _V1Refusal(Exception):
+    """Model Runner V1 refuses this draft config (dspark, DFlash2 candidate heads, ...)."""
 
 
 def _failure(stage: Stage, error: BaseException) -> Failure:
@@ -69,7 +32,7 @@ def _failure(stage: Stage, error: BaseException) -> Failure:
 
 
 @dataclass
-class _Selection:
+class Selection:
     """What the platform answered for one draft layer's selector inputs."""
 
     claim: Claim | None = None
@@ -80,75 +43,7 @@ class _Selection:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class SelectionLane:
-    name = SELECTION.name
-
-    def __init__(self, matrix: Matrix):
-        self.matrix = matrix
-        self.options: SelectionOptions = matrix.lane_options
-        self.backends = frozenset(str(b) for b in dict(matrix.axes)["backend"])
-        self._session: _Session | None = None
-        self._startup_error: BaseException | None = None
-        self._after_install: list[Callable[[], None]] = []
-
-    def after_install(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` once the simulated platform is installed, before any cell touches vLLM.
-
-        Planted faults that patch vLLM go through here: importing vLLM any earlier would
-        resolve the platform before the lane can simulate the cell's GPU generation.
-        """
-        if self._session is not None:
-            raise RuntimeError("the simulated platform is already installed; hooks must be added before the first cell")
-        self._after_install.append(hook)
-
-    def environment(self) -> Mapping[str, str]:
-        capabilities = sorted({str(c) for c in dict(self.matrix.axes)["capability"]}, key=lambda c: float(c))
-        env = {
-            "lane": SELECTION.name,
-            "platform": "CudaPlatform, simulated (no GPU, no kernels run)",
-            # One run covers every generation its matrix lists, one cell process each.
-            "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
-        }
-        for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
-            try:
-                env[distribution] = importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                env[distribution] = "not installed"
-        env.update(vllm_provenance())
-        if self.options.target_backend:
-            env["target_backend"] = self.options.target_backend
-        return env
-
-    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        stage_log(Stage.CONFIG)
-        try:
-            session = self._session_for(cell)
-        except NotSimulatable as why:
-            return Observation(requested_backend=cell.requested_backend, unavailable=str(why))
-        return session.observe(cell, stage_log)
-
-    def _session_for(self, cell: Cell) -> _Session:
-        if self._startup_error is not None:
-            raise self._startup_error
-        gpu = gpu_for(cell)
-        if self._session is None:
-            try:
-                self._session = _Session(gpu, self.options, self.backends)
-                for hook in self._after_install:
-                    hook()
-            except BaseException as error:
-                self._startup_error = error
-                raise
-        elif self._session.gpu != gpu:
-            raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._session.gpu}")
-        return self._session
-
-
-def create(matrix: Matrix) -> SelectionLane:
-    return SelectionLane(matrix)
-
-
-class _Session:
+class SimulatedSession:
     """Everything that touches vLLM, for one simulated GPU in one process: imported once,
     checkpoints written once, distributed state initialised once, reused by every cell."""
 
@@ -156,7 +51,7 @@ class _Session:
         self.gpu = gpu
         self.options = options
         self.installed = install(gpu)
-        self.apis = _VllmApis.load()
+        self.apis = vllm_apis()
         # Removed when the cell process exits (the runner's spawned children exit normally).
         self._workdir = tempfile.TemporaryDirectory(prefix="dflash-selection-")
         self._checkpoints = Path(self._workdir.name)
@@ -165,16 +60,8 @@ class _Session:
         self._distributed = False
         self._target_module: Any = None
         self._flashinfer_host_ready = False
-        self.enum_census = self.census()
-        # A decoder backend (or one whose kind cannot be told) that the matrix never asks
-        # for is a hole in the grid: say so on every cell instead of passing over it.
-        self.not_in_matrix = tuple(
-            sorted(
-                name
-                for name, kind in self.enum_census.items()
-                if kind not in ("mla", "sparse", "not a decoder backend") and name not in matrix_backends
-            )
-        )
+        self.enum_census = census(self.apis.enum)
+        self.not_in_matrix = not_in_matrix(self.enum_census, matrix_backends)
         # vLLM's loader calls gc.collect() twice per model; with the imported world frozen
         # those passes only walk what the build allocated (benchmarks/README.md has the figures).
         gc.collect()
@@ -245,33 +132,7 @@ class _Session:
         return self._drafts[key]
 
     # -- the enum ---------------------------------------------------------
-    def census(self) -> dict[str, str]:
-        """Every AttentionBackendEnum member and what it is: decoder, mla, sparse, or why unknown."""
-        census: dict[str, str] = {}
-        if self.apis.enum is None:
-            return census
-        for member in self.apis.enum:
-            if member.name in NOT_DECODER_BACKENDS:
-                census[member.name] = "not a decoder backend"
-                continue
-            try:
-                backend = member.get_class()
-            except Exception as error:
-                # Some modules query the real device while importing. Their class path still
-                # says whether they are MLA/sparse; anything else must be in the matrix.
-                path = str(member.value).lower()
-                kind = "mla" if "mla" in path else "sparse" if "sparse" in path else "unknown"
-                census[member.name] = kind if kind != "unknown" else f"unknown ({type(error).__name__} on import)"
-                continue
-            if backend.is_mla():
-                census[member.name] = "mla"
-            elif backend.is_sparse():
-                census[member.name] = "sparse"
-            else:
-                census[member.name] = "decoder"
-        return census
-
-    # -- one cell ---------------------------------------------------------
+    # -- one cell    # -- one cell ---------------------------------------------------------
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         requested = cell.requested_backend
         loader = str(SELECTION.value(cell.values, "loader"))
@@ -292,7 +153,7 @@ class _Session:
         stage_log(Stage.SELECT)
         try:
             selection = self.select(cell)
-        except _Unavailable as why:
+        except ApiUnavailable as why:
             return Observation(requested_backend=requested, unavailable=str(why), details=details)
         except Exception as error:
             return Observation(requested_backend=requested, failure=_failure(Stage.SELECT, error), details=details)
@@ -318,7 +179,7 @@ class _Session:
             # vLLM's own answer for Model Runner V1 (VllmConfig._validate_v1_model_runner).
             details["draft"] = "not built: Model Runner V1 refuses the config"
             return seen(platform_choice=platform_choice, rejection=(str(refusal),))
-        except _Unavailable as why:
+        except ApiUnavailable as why:
             details["draft"] = f"not built: {why}"
             return seen(platform_choice=platform_choice, unavailable=str(why))
         except ValueError as error:
@@ -326,7 +187,7 @@ class _Session:
                 # The loader refused the request with a configuration error, as the platform did.
                 details["draft"] = f"loader refused it too: {one_line(error, 300)}"
                 return seen(platform_choice=platform_choice, rejection=rejection)
-            selected = _SELECTED.search(str(error))
+            selected = SELECTED.search(str(error))
             if selected is not None and selected.group(1) != platform_choice:
                 # The platform accepts the request, yet the loader selected another backend for
                 # the draft's layers (e.g. the target's backend_per_kind), which refused them.
@@ -336,7 +197,7 @@ class _Session:
                 return seen(platform_choice=platform_choice, observed_backends=(selected.group(1),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         except Exception as error:
-            if _NO_DRIVER in str(error):
+            if NO_DRIVER in str(error):
                 details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         details["draft_layers"] = [f"{name}: {backend} ({impl}, kv {kv})" for name, backend, impl, kv in layers]
@@ -372,7 +233,7 @@ class _Session:
             # A release that predates a selector input cannot be asked about it; one that only
             # lacks it where the cell does not need it (False) is asked without it.
             if name not in fields and value:
-                raise _Unavailable(f"this vLLM release's AttentionSelectorConfig has no {name} field")
+                raise ApiUnavailable(f"this vLLM release's AttentionSelectorConfig has no {name} field")
         return self.apis.selector_config(**{name: value for name, value in wanted.items() if name in fields})
 
     def head_size(self, cell: Cell) -> int:
@@ -385,12 +246,12 @@ class _Session:
         own = str(cell.get("draft_kv_cache_dtype", "target"))
         return str(SELECTION.value(cell.values, "kv_cache_dtype")) if own == "target" else own
 
-    def select(self, cell: Cell) -> _Selection:
+    def select(self, cell: Cell) -> Selection:
         apis = self.apis
         config = self.selector_config(cell)
         platform_cls = type(self.installed.platform)
         capability = platform_cls.get_device_capability()
-        selection = _Selection()
+        selection = Selection()
         with apis.set_current_vllm_config(apis.vllm_config()):
             requested = cell.requested_backend
             if requested is not None:
@@ -398,7 +259,7 @@ class _Session:
                 try:
                     backend_cls = member.get_class()
                 except ImportError as error:
-                    raise _Unavailable(
+                    raise ApiUnavailable(
                         f"AttentionBackendEnum.{requested} points to {member.value}, which this vLLM cannot import "
                         f"({type(error).__name__}: {one_line(error, 200)})"
                     ) from None
@@ -521,121 +382,3 @@ class _Session:
             self._flashinfer_host_ready = True
 
 
-class _Unavailable(Exception):
-    """The backend, or an API the lane needs, does not exist in this vLLM release."""
-
-
-class _V1Refusal(Exception):
-    """Model Runner V1 refuses this draft config (dspark, DFlash2 candidate heads, ...)."""
-
-
-@dataclass
-class _VllmApis:
-    """The vLLM entry points the lane uses, resolved once; a release without one says so."""
-
-    torch: Any
-    enum: Any
-    selector_config: Any
-    set_current_vllm_config: Any
-    vllm_config: Any
-    engine_args: Any
-    init_distributed_environment: Any
-    initialize_model_parallel: Any
-    attention_layer_base: Any
-    resolve: Any
-    missing: dict[str, str]
-
-    @classmethod
-    def load(cls) -> _VllmApis:
-        missing: dict[str, str] = {}
-
-        def find(module: str, attr: str) -> Any:
-            try:
-                return getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as error:
-                missing[f"{module}.{attr}"] = f"{type(error).__name__}: {one_line(error, 200)}"
-                return None
-
-        import torch
-
-        apis = cls(
-            torch=torch,
-            enum=find("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
-            selector_config=find("vllm.v1.attention.selector", "AttentionSelectorConfig"),
-            set_current_vllm_config=find("vllm.config", "set_current_vllm_config"),
-            vllm_config=find("vllm.config", "VllmConfig"),
-            engine_args=find("vllm.engine.arg_utils", "EngineArgs"),
-            init_distributed_environment=find("vllm.distributed", "init_distributed_environment"),
-            initialize_model_parallel=find("vllm.distributed", "initialize_model_parallel"),
-            attention_layer_base=find("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
-            resolve=find("vllm.utils.import_utils", "resolve_obj_by_qualname"),
-            missing=missing,
-        )
-        # Import the loaders now, so their imports are frozen with the rest and a missing
-        # one is known before the first cell.
-        find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
-        find("vllm.v1.spec_decode.dflash", "DFlashProposer")
-        return apis
-
-    def _missing(self, names: tuple[str, ...]) -> str | None:
-        gaps = [name for name in names if name in self.missing]
-        if not gaps:
-            return None
-        return "this vLLM release lacks " + "; ".join(f"{name} ({self.missing[name]})" for name in gaps)
-
-    def missing_for_selection(self) -> str | None:
-        return self._missing(
-            (
-                "vllm.v1.attention.backends.registry.AttentionBackendEnum",
-                "vllm.v1.attention.selector.AttentionSelectorConfig",
-                "vllm.config.set_current_vllm_config",
-                "vllm.config.VllmConfig",
-                "vllm.utils.import_utils.resolve_obj_by_qualname",
-            )
-        )
-
-    def missing_for_loader(self, loader: str) -> str | None:
-        common = (
-            "vllm.engine.arg_utils.EngineArgs",
-            "vllm.distributed.init_distributed_environment",
-            "vllm.distributed.initialize_model_parallel",
-            "vllm.model_executor.layers.attention_layer_base.AttentionLayerBase",
-        )
-        own = (
-            ("vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model",)
-            if loader == "v2"
-            else ("vllm.v1.spec_decode.dflash.DFlashProposer",)
-        )
-        return self._missing(common + own)
-
-    def member(self, name: str) -> Any:
-        try:
-            return self.enum[name]
-        except (KeyError, ValueError):
-            raise _Unavailable(f"AttentionBackendEnum has no member {name} in this vLLM release") from None
-
-    def backend_name(self, class_path: str) -> str:
-        return str(self.resolve(class_path).get_name())
-
-    @staticmethod
-    def v2_loader_module(method: str = "dflash") -> Any:
-        # Looked up on the module at every call, so a planted copy of the loader is the one used.
-        family = "dspark" if method == "dspark" else "dflash"
-        return importlib.import_module(f"vllm.v1.worker.gpu.spec_decode.{family}.utils")
-
-    def v2_loader(self, method: str) -> Any:
-        """Model Runner V2's loader for the method: DFlash and DFlash2 share load_dflash_model
-        (DFlash2Speculator subclasses DFlashSpeculator), DSpark has load_dspark_model."""
-        try:
-            module = self.v2_loader_module(method)
-        except ImportError as error:
-            raise _Unavailable(f"this vLLM release has no Model Runner V2 loader for {method}: {error}") from None
-        name = "load_dspark_model" if method == "dspark" else "load_dflash_model"
-        loader = getattr(module, name, None)
-        if loader is None:
-            raise _Unavailable(f"this vLLM release has no {module.__name__}.{name}")
-        return loader
-
-    @staticmethod
-    def v1_proposer() -> Any:
-        return importlib.import_module("vllm.v1.spec_decode.dflash").DFlashProposer

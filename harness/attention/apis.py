@@ -1,0 +1,161 @@
+"""The vLLM entry points the lanes call, resolved once per cell process.
+
+vLLM moves and renames internals between releases. A lane asks here, before it calls into
+vLLM, whether this release has what a cell needs: a release without an entry point makes the
+cell ``unavailable`` with the missing name and the import error, in every lane, never a
+``crash`` that reads like a bug of the backend under test. vLLM (and torch) are imported only
+when ``vllm_apis()`` is first called, in a cell process, after the lane set its platform up.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from harness.observation import one_line
+
+# What running a draft layer's kernels against the reference needs besides (cpu and gpu lanes).
+_FORWARD = (
+    "vllm.model_executor.model_loader.get_model",
+    "vllm.config.replace",
+)
+
+
+class ApiUnavailable(Exception):
+    """The backend, or an API the lane needs, does not exist in this vLLM release."""
+
+
+@dataclass
+class VllmApis:
+    """The vLLM entry points the lanes use, resolved once; a release without one says so."""
+
+    torch: Any
+    enum: Any
+    selector_config: Any
+    set_current_vllm_config: Any
+    vllm_config: Any
+    engine_args: Any
+    init_distributed_environment: Any
+    initialize_model_parallel: Any
+    attention_layer_base: Any
+    resolve: Any
+    missing: dict[str, str]
+
+    @classmethod
+    def load(cls) -> VllmApis:
+        missing: dict[str, str] = {}
+
+        def find(module: str, attr: str) -> Any:
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as error:
+                missing[f"{module}.{attr}"] = f"{type(error).__name__}: {one_line(error, 200)}"
+                return None
+
+        import torch
+
+        apis = cls(
+            torch=torch,
+            enum=find("vllm.v1.attention.backends.registry", "AttentionBackendEnum"),
+            selector_config=find("vllm.v1.attention.selector", "AttentionSelectorConfig"),
+            set_current_vllm_config=find("vllm.config", "set_current_vllm_config"),
+            vllm_config=find("vllm.config", "VllmConfig"),
+            engine_args=find("vllm.engine.arg_utils", "EngineArgs"),
+            init_distributed_environment=find("vllm.distributed", "init_distributed_environment"),
+            initialize_model_parallel=find("vllm.distributed", "initialize_model_parallel"),
+            attention_layer_base=find("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
+            resolve=find("vllm.utils.import_utils", "resolve_obj_by_qualname"),
+            missing=missing,
+        )
+        # Import the loaders now, so their imports are frozen with the rest and a missing
+        # one is known before the first cell.
+        find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
+        find("vllm.v1.spec_decode.dflash", "DFlashProposer")
+        for name in _FORWARD:
+            find(*name.rsplit(".", 1))
+        return apis
+
+    def _missing(self, names: tuple[str, ...]) -> str | None:
+        gaps = [name for name in names if name in self.missing]
+        if not gaps:
+            return None
+        return "this vLLM release lacks " + "; ".join(f"{name} ({self.missing[name]})" for name in gaps)
+
+    def missing_for_selection(self) -> str | None:
+        return self._missing(
+            (
+                "vllm.v1.attention.backends.registry.AttentionBackendEnum",
+                "vllm.v1.attention.selector.AttentionSelectorConfig",
+                "vllm.config.set_current_vllm_config",
+                "vllm.config.VllmConfig",
+                "vllm.utils.import_utils.resolve_obj_by_qualname",
+            )
+        )
+
+    def missing_for_loader(self, loader: str) -> str | None:
+        common = (
+            "vllm.engine.arg_utils.EngineArgs",
+            "vllm.distributed.init_distributed_environment",
+            "vllm.distributed.initialize_model_parallel",
+            "vllm.model_executor.layers.attention_layer_base.AttentionLayerBase",
+        )
+        own = (
+            ("vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model",)
+            if loader == "v2"
+            else ("vllm.v1.spec_decode.dflash.DFlashProposer",)
+        )
+        return self._missing(common + own)
+
+    def missing_for_forward(self) -> str | None:
+        """What running a draft layer's kernels against the reference needs (cpu and gpu lanes)."""
+        return self._missing(_FORWARD)
+
+    def missing_for_draft_cell(self, loader: str, requested: str | None) -> str | None:
+        """Why a cell that builds a draft through ``loader`` and runs its layers cannot be tried
+        in this release (the cpu and gpu lanes): a missing entry point or backend member."""
+        missing = self.missing_for_selection() or self.missing_for_loader(loader) or self.missing_for_forward()
+        if missing is None and requested is not None:
+            try:
+                self.member(requested)
+            except ApiUnavailable as why:
+                return str(why)
+        return missing
+
+    def member(self, name: str) -> Any:
+        try:
+            return self.enum[name]
+        except (KeyError, ValueError):
+            raise ApiUnavailable(f"AttentionBackendEnum has no member {name} in this vLLM release") from None
+
+    def backend_name(self, class_path: str) -> str:
+        return str(self.resolve(class_path).get_name())
+
+    @staticmethod
+    def v2_loader_module(method: str = "dflash") -> Any:
+        # Looked up on the module at every call, so a planted copy of the loader is the one used.
+        family = "dspark" if method == "dspark" else "dflash"
+        return importlib.import_module(f"vllm.v1.worker.gpu.spec_decode.{family}.utils")
+
+    def v2_loader(self, method: str) -> Any:
+        """Model Runner V2's loader for the method: DFlash and DFlash2 share load_dflash_model
+        (DFlash2Speculator subclasses DFlashSpeculator), DSpark has load_dspark_model."""
+        try:
+            module = self.v2_loader_module(method)
+        except ImportError as error:
+            raise ApiUnavailable(f"this vLLM release has no Model Runner V2 loader for {method}: {error}") from None
+        name = "load_dspark_model" if method == "dspark" else "load_dflash_model"
+        loader = getattr(module, name, None)
+        if loader is None:
+            raise ApiUnavailable(f"this vLLM release has no {module.__name__}.{name}")
+        return loader
+
+    @staticmethod
+    def v1_proposer() -> Any:
+        return importlib.import_module("vllm.v1.spec_decode.dflash").DFlashProposer
+
+
+@functools.cache
+def vllm_apis() -> VllmApis:
+    return VllmApis.load()

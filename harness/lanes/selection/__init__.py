@@ -1,0 +1,117 @@
+"""The selection lane: which attention backend a DFlash draft gets on each GPU generation.
+
+It runs the official CUDA build of vLLM on a host without a GPU, with the GPU generation
+simulated (``harness.simulated_cuda``). Per cell it records
+
+* the claim: the requested backend's own ``validate_configuration`` reasons;
+* the platform's answer for the explicit request in isolation (a backend, or the
+  ValueError's reasons), and the auto-selection answer for the same draft layer;
+* the draft built through vLLM's real loader (Model Runner V2's ``load_dflash_model``, or
+  Model Runner V1's ``DFlashProposer``) from a config-only checkpoint with dummy weights on
+  device ``cpu``, and the backend every draft attention layer carries.
+
+No kernel runs here: the lane proves selection and wiring (does the request reach the
+draft's layers, and what does the platform choose), never that a kernel computes correctly
+on that GPU. One process simulates one (capability, FlashInfer cubin) pair, because vLLM
+caches selection helpers without the capability in their key (the contract's process key).
+
+Layout: this module is the lane (``SelectionLane``); ``session`` is everything that touches
+vLLM for one simulated GPU in one process; ``census`` sorts vLLM's backend enum;
+``rejections`` reads vLLM's refusals. The vLLM entry points come from
+``harness.attention.apis``, shared with the other lanes.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from harness.axes import capability_token
+from harness.lanes.contracts import SELECTION, SelectionOptions
+from harness.matrix import Cell, Matrix
+from harness.observation import Observation
+from harness.simulated_cuda import NotSimulatable, SimulatedGpu, install
+from harness.stages import Stage, StageLog
+from harness.vllm_release import vllm_provenance
+
+if TYPE_CHECKING:
+    from harness.lanes.selection.session import SimulatedSession
+
+
+def gpu_for(cell: Cell) -> SimulatedGpu:
+    return SimulatedGpu(str(cell.get("capability")), bool(SELECTION.value(cell.values, "flashinfer_cubin")))
+
+
+class SelectionLane:
+    name = SELECTION.name
+
+    def __init__(self, matrix: Matrix):
+        self.matrix = matrix
+        self.options: SelectionOptions = matrix.lane_options
+        self.backends = frozenset(str(b) for b in dict(matrix.axes)["backend"])
+        self._session: SimulatedSession | None = None
+        self._startup_error: BaseException | None = None
+        self._after_install: list[Callable[[], None]] = []
+
+    def after_install(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` once the simulated platform is installed, before any cell touches vLLM.
+
+        Planted faults that patch vLLM go through here: importing vLLM any earlier would
+        resolve the platform before the lane can simulate the cell's GPU generation.
+        """
+        if self._session is not None:
+            raise RuntimeError("the simulated platform is already installed; hooks must be added before the first cell")
+        self._after_install.append(hook)
+
+    def environment(self) -> Mapping[str, str]:
+        capabilities = sorted({str(c) for c in dict(self.matrix.axes)["capability"]}, key=lambda c: float(c))
+        env = {
+            "lane": SELECTION.name,
+            "platform": "CudaPlatform, simulated (no GPU, no kernels run)",
+            # One run covers every generation its matrix lists, one cell process each.
+            "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
+        }
+        for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
+            try:
+                env[distribution] = importlib.metadata.version(distribution)
+            except importlib.metadata.PackageNotFoundError:
+                env[distribution] = "not installed"
+        env.update(vllm_provenance())
+        if self.options.target_backend:
+            env["target_backend"] = self.options.target_backend
+        return env
+
+    def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
+        stage_log(Stage.CONFIG)
+        try:
+            session = self._session_for(cell)
+        except NotSimulatable as why:
+            return Observation(requested_backend=cell.requested_backend, unavailable=str(why))
+        return session.observe(cell, stage_log)
+
+    def _session_for(self, cell: Cell) -> SimulatedSession:
+        if self._startup_error is not None:
+            raise self._startup_error
+        gpu = gpu_for(cell)
+        if self._session is None:
+            try:
+                # The platform first: torch and vLLM are imported only after, by the session module.
+                install(gpu)
+                from harness.lanes.selection.session import SimulatedSession
+
+                self._session = SimulatedSession(gpu, self.options, self.backends)
+                for hook in self._after_install:
+                    hook()
+            except BaseException as error:
+                self._startup_error = error
+                raise
+        elif self._session.gpu != gpu:
+            raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._session.gpu}")
+        return self._session
+
+
+def create(matrix: Matrix) -> SelectionLane:
+    return SelectionLane(matrix)
+
+
