@@ -85,7 +85,10 @@ def _layer_call(
         from vllm.platforms import current_platform
 
         if query.dtype != current_platform.fp8_dtype():
-            query, _ = attn.query_quant(query, attn._q_scale)
+            # The layer quantizes the query as the model hands it over, [tokens, heads * head
+            # size] (vLLM's scaled_fp8_quant asserts 2-D input), before viewing it per head.
+            flat, _ = attn.query_quant(query.reshape(query.shape[0], -1), attn._q_scale)
+            query = flat.view(query.shape)
     if not attn.get_attn_backend().forward_includes_kv_cache_update:
         impl.do_kv_cache_update(attn, key, value, kv_cache, slot_mapping)
     impl.forward(attn, query, key, value, kv_cache, metadata, output=output)

@@ -13,6 +13,7 @@ from harness.axes import AxisValue, capability_token
 from harness.lanes.contract import (
     Contract,
     Limit,
+    OptionValueError,
     backend_name,
     integer,
     option,
@@ -96,6 +97,43 @@ GPU = Contract(
 )
 
 
+# SMs of the GPU each simulated generation stands for (A100, H100 SXM, B200, RTX PRO 6000):
+# TRITON_ATTN sizes its split-KV grid from the SM count, so it is an explicit input.
+DEFAULT_SM_COUNTS = {"8.0": 108, "9.0": 132, "10.0": 148, "12.0": 188}
+
+
+def sm_counts(value: object) -> Mapping[str, int]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v > 0 for k, v in value.items()
+    ):
+        raise OptionValueError(f"{value!r} is not a table of capability = number of SMs")
+    return {**DEFAULT_SM_COUNTS, **value}
+
+
+@dataclass(frozen=True)
+class GpuEmulatedOptions(GpuOptions):
+    sm_counts: Mapping[str, int] = option(
+        DEFAULT_SM_COUNTS, sm_counts, "SMs of each simulated generation's GPU (num_compute_units)"
+    )
+
+
+def _capability_process(cell: Mapping[str, AxisValue]) -> str:
+    """One simulated GPU generation per process (``harness.simulated_cuda``)."""
+    return f"emulated-{capability_token(str(cell.get('capability')))}"
+
+
+# The gpu lane's own code on a simulated GPU generation, vLLM's Triton kernels interpreted on
+# the CPU (``harness.lanes.gpu_emulated``): the gpu lane's axes, one process per generation.
+GPU_EMULATED = Contract(
+    name="gpu_emulated",
+    axes=GPU.axes,
+    required=("capability", "backend"),
+    defaults=GPU.defaults,
+    options=GpuEmulatedOptions,
+    key=_capability_process,
+)
+
+
 @dataclass(frozen=True)
 class SelectionOptions:
     head_dim: int = option(128, integer(1), "head size of the target and draft checkpoints and the selector calls")
@@ -176,5 +214,7 @@ def _fake_process(cell: Mapping[str, AxisValue]) -> str:
 
 FAKE = Contract(name="fake", options=FakeOptions, key=_fake_process)
 
-CONTRACTS: Mapping[str, Contract] = {contract.name: contract for contract in (CPU, SELECTION, GPU, FAKE)}
+CONTRACTS: Mapping[str, Contract] = {
+    contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE)
+}
 LANES: tuple[str, ...] = tuple(CONTRACTS)

@@ -17,7 +17,6 @@ worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit tha
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import importlib.metadata
 import os
@@ -25,7 +24,7 @@ import platform
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness import flashinfer_jit
 from harness.gpu_devices import (
@@ -60,23 +59,19 @@ def require_device() -> None:
 
 
 class _Process:
-    """CUDA state that exists once per cell process: the distributed group, the checkpoints
+    """Device state that exists once per cell process: the distributed group, the checkpoints
     (written once, in a temp dir) and one target per dtype (a draft only borrows the target's
     embedding and lm_head)."""
 
-    def __init__(self, head_dim: int) -> None:
-        import torch
-        from vllm.platforms import current_platform
-
+    def __init__(self, host: Host, head_dim: int) -> None:
         from harness.attention.checkpoint import ModelShape, write_target
         from harness.attention.draft import init_single_process_group
 
-        torch.cuda.set_device(0)
-        self.device = torch.device("cuda", 0)
+        self.device = host.device()
         self.shape = ModelShape(head_dim=head_dim)
         self._dir = tempfile.TemporaryDirectory(prefix="dflash-gpu-")
         self.root = Path(self._dir.name)
-        init_single_process_group(self.root, current_platform.dist_backend)
+        init_single_process_group(self.root, host.dist_backend())
         self.target_path = write_target(self.root, self.shape)
         self._drafts: dict[Any, Any] = {}
         self._targets: dict[str, Any] = {}
@@ -100,9 +95,110 @@ class _Process:
         return self._targets[dtype]
 
 
-@functools.cache
-def _process(head_dim: int) -> _Process:
-    return _Process(head_dim)
+class Host(Protocol):
+    """What the gpu lane asks of the machine it runs on: a real CUDA GPU (``CudaHost``), or a
+    GPU generation simulated on the CPU with vLLM's Triton kernels interpreted
+    (``harness.lanes.gpu_emulated``). Everything else is the same code."""
+
+    def start(self, cell: Cell) -> None:
+        """Ready the process for ``cell`` (called before every cell; cheap once started)."""
+        ...
+
+    def device(self) -> Any: ...
+
+    def dist_backend(self) -> str: ...
+
+    def capability(self) -> str: ...
+
+    def device_name(self) -> str: ...
+
+    def environment(self) -> dict[str, str]: ...
+
+    def graphs(self) -> Callable[[Any], Any] | None:
+        """The graph API factory for ``GraphForward``; None: ``torch.cuda`` graphs."""
+        ...
+
+    def engine_config(self, config: Any) -> Any:
+        """The cell's VllmConfig as this host needs it."""
+        ...
+
+    def unavailable(self, cell: Cell) -> str | None:
+        """Why this host cannot run the cell's backend as the cell asks (None: it can)."""
+        ...
+
+    def healthy(self) -> bool: ...
+
+
+class CudaHost:
+    """The runner's own CUDA GPU (``tox -e gpu``); ``harness.gpu_plugin`` has pinned it."""
+
+    def start(self, cell: Cell) -> None:
+        return None
+
+    def device(self) -> Any:
+        import torch
+
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
+
+    def dist_backend(self) -> str:
+        from vllm.platforms import current_platform
+
+        backend: str = current_platform.dist_backend
+        return backend
+
+    def capability(self) -> str:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}"
+
+    def device_name(self) -> str:
+        import torch
+
+        name: str = torch.cuda.get_device_name(0)
+        return name
+
+    def environment(self) -> dict[str, str]:
+        import torch
+
+        from harness.attention.draft import platform_name
+
+        properties = torch.cuda.get_device_properties(0)
+        return {
+            "platform": platform_name(),
+            "device": self.device_name(),
+            "capability": self.capability(),
+            "device_uuid": str(getattr(properties, "uuid", "unknown")),
+            "device_memory_gib": f"{properties.total_memory / (1 << 30):.1f}",
+            "cuda_runtime": str(torch.version.cuda),
+            "driver": driver_release(),
+            "driver_cuda": _driver_cuda(),
+            "flashinfer_trtllm_kernels": _flashinfer_trtllm(),
+            "flashinfer_jit": flashinfer_jit.status(),
+            VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
+        }
+
+    def graphs(self) -> Callable[[Any], Any] | None:
+        return None
+
+    def engine_config(self, config: Any) -> Any:
+        return config
+
+    def unavailable(self, cell: Cell) -> str | None:
+        return None
+
+    def healthy(self) -> bool:
+        return _cuda_healthy()
+
+
+_PROCESSES: dict[int, _Process] = {}
+
+
+def _process(host: Host, head_dim: int) -> _Process:
+    if head_dim not in _PROCESSES:
+        _PROCESSES[head_dim] = _Process(host, head_dim)
+    return _PROCESSES[head_dim]
 
 
 # The least CUDA-graph support a DFlash draft's attention needs for vLLM to capture it: its
@@ -218,44 +314,26 @@ def _version(dist: str) -> str:
 class GpuLane:
     name = GPU.name
 
-    def __init__(self, matrix: Matrix):
+    def __init__(self, matrix: Matrix, host: Host | None = None):
         self.matrix = matrix
         self.options: GpuOptions = matrix.lane_options
-        require_device()
+        if host is None:
+            require_device()
+        self.host: Host = host or CudaHost()
 
     def environment(self) -> Mapping[str, str]:
-        import torch
-
-        from harness.attention.draft import platform_name
-
-        major, minor = torch.cuda.get_device_capability(0)
-        properties = torch.cuda.get_device_properties(0)
+        # Asked before the first cell: vLLM is not imported here (an emulated host installs
+        # its simulated platform first), so versions come from the installed distributions.
         return {
-            "lane": GPU.name,
+            "lane": self.matrix.lane,
             "vllm": _version("vllm"),
-            "torch": torch.__version__,
+            **vllm_provenance(),
+            "torch": _version("torch"),
             "flashinfer": _version("flashinfer-python"),
             "triton": _version("triton"),
-            "platform": platform_name(),
-            "device": torch.cuda.get_device_name(0),
-            "capability": f"{major}.{minor}",
-            "device_uuid": str(getattr(properties, "uuid", "unknown")),
-            "device_memory_gib": f"{properties.total_memory / (1 << 30):.1f}",
-            "cuda_runtime": str(torch.version.cuda),
-            "driver": driver_release(),
-            "driver_cuda": _driver_cuda(),
-            "flashinfer_trtllm_kernels": _flashinfer_trtllm(),
-            "flashinfer_jit": flashinfer_jit.status(),
-            VISIBLE_DEVICES.lower(): os.environ.get(VISIBLE_DEVICES, "unset"),
+            **self.host.environment(),
             "python": platform.python_version(),
-            **vllm_provenance(),
         }
-
-    def _device_capability(self) -> str:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability(0)
-        return f"{major}.{minor}"
 
     def assess_failure(self, cell: Cell, stage: Stage, error: Exception) -> Aftermath:
         """A sticky CUDA error (illegal memory access, device-side assert) fails every later CUDA
@@ -263,7 +341,7 @@ class GpuLane:
         comparison: it happened in the forward. A failed capture can leave the stream's capture
         state behind. Either way a fresh process is cheaper than doubting every later cell."""
         sticky = is_sticky_cuda_error(one_line(error))
-        healthy = _cuda_healthy()
+        healthy = self.host.healthy()
         graph_forward = GPU.value(cell.values, "cudagraph") == "graph" and stage in (Stage.FORWARD, Stage.COMPARE)
         if not (sticky or not healthy or graph_forward):
             return Aftermath(stage)
@@ -283,17 +361,21 @@ class GpuLane:
         )
         from harness.attention.draft import EngineShape, engine_config
 
+        self.host.start(cell)
         wanted = cell.get("capability")
-        device_capability = self._device_capability()
+        device_capability = self.host.capability()
         if wanted is not None and wanted != device_capability:
             return Observation(
                 cell.requested_backend,
                 unavailable=(
                     f"cell is for compute capability {wanted}; this process's GPU, "
-                    f"{torch.cuda.get_device_name(0)}, is {device_capability}"
+                    f"{self.host.device_name()}, is {device_capability}"
                 ),
             )
-        process = _process(self.options.head_dim)
+        cannot = self.host.unavailable(cell)
+        if cannot is not None:
+            return Observation(cell.requested_backend, unavailable=cannot)
+        process = _process(self.host, self.options.head_dim)
         kv_cache_dtype = str(GPU.value(cell.values, "kv_cache_dtype"))
         loader = str(GPU.value(cell.values, "loader"))
         graph = GPU.value(cell.values, "cudagraph") == "graph"
@@ -315,7 +397,8 @@ class GpuLane:
         tokens = query_len * len(contexts)
 
         def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
-            return engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
+            made = engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
+            return self.host.engine_config(made)
 
         seed = cell.seed + self.options.seed  # each cell its own inputs, the same on every run
         setup = CellSetup(
@@ -326,10 +409,10 @@ class GpuLane:
             config=config,
             # The target's attention never runs here: built eagerly with a plain cache, so a
             # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
-            target_config=lambda target, draft, dtype: engine_config(
-                target, draft, None, dtype, EngineShape(block_size=self.options.block_size)
+            target_config=lambda target, draft, dtype: self.host.engine_config(
+                engine_config(target, draft, None, dtype, EngineShape(block_size=self.options.block_size))
             ),
-            forward=GraphForward(process.device) if captured else EagerForward(process.device),
+            forward=GraphForward(process.device, self.host.graphs()) if captured else EagerForward(process.device),
         )
         tolerance = cell.tolerance
         if kv_reference_dtype(kv_cache_dtype) is not None or kv_reference_dtype(shape.draft_kv_cache_dtype or "") in (

@@ -1,0 +1,28 @@
+"""This package runs in the gpu-emulated env only (official CUDA vLLM, stub libcuda, no GPU).
+
+The tests of the host patches run in the pytest process itself, which therefore simulates one
+GPU generation (SM90) with the patches applied, exactly as a gpu-emulated cell process does.
+Both must happen before anything imports Triton or vLLM: at conftest import.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import interpreted_kernels
+from harness.lanes.contracts import DEFAULT_SM_COUNTS
+
+interpreted_kernels.prepare()
+
+CAPABILITY = "9.0"
+
+
+@pytest.fixture(scope="session")
+def host() -> interpreted_kernels.HostGpu:
+    from harness.simulated_cuda import SimulatedGpu, install
+
+    gpu = SimulatedGpu(CAPABILITY, flashinfer_cubin=False)
+    install(gpu)
+    host = interpreted_kernels.HostGpu(gpu.major_minor, DEFAULT_SM_COUNTS[CAPABILITY])
+    interpreted_kernels.apply(host)
+    return host

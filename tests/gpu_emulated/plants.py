@@ -1,0 +1,76 @@
+"""Faults planted into vLLM inside a gpu-emulated cell process (``run_matrix(plants=...)``).
+
+Each is ``function(lane)``, called after the lane is created; each patches vLLM only once the
+lane's host has installed the simulated platform (``EmulatedHost.after_start``), since importing
+vLLM any earlier would resolve the platform. They patch vLLM, never the harness.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+
+def _after_start(lane: Any, hook: Callable[[], None]) -> None:
+    lane.host.after_start(hook)
+
+
+def drop_sinks_into_kernel(lane: Any) -> None:
+    """TRITON_ATTN's forward hands the unified-attention kernel no sinks."""
+
+    def plant() -> None:
+        import vllm.v1.attention.backends.triton_attn as triton_attn
+
+        kernel_call = triton_attn.unified_attention
+
+        @functools.wraps(kernel_call)
+        def without_sinks(*args: Any, **kwargs: Any) -> Any:
+            kwargs["sinks"] = None
+            return kernel_call(*args, **kwargs)
+
+        triton_attn.unified_attention = without_sinks
+
+    _after_start(lane, plant)
+
+
+def _wrap_build(change: Callable[[Any], None]) -> None:
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadataBuilder
+
+    build = TritonAttentionMetadataBuilder.build
+
+    @functools.wraps(build)
+    def planted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        metadata = build(self, *args, **kwargs)
+        change(metadata)
+        return metadata
+
+    TritonAttentionMetadataBuilder.build = planted
+
+
+def lose_non_causal(lane: Any) -> None:
+    """TRITON_ATTN's metadata builder drops the draft's non-causal flag."""
+
+    def set_causal(metadata: Any) -> None:
+        metadata.causal = True
+
+    _after_start(lane, lambda: _wrap_build(set_causal))
+
+
+def reallocate_seq_lens(lane: Any) -> None:
+    """TRITON_ATTN's builder hands out a fresh copy of seq_lens on each build instead of the
+    persistent buffer: right in an eager forward, stale in every replay of a captured graph
+    (which keeps reading the copy made at capture)."""
+
+    def copy_seq_lens(metadata: Any) -> None:
+        metadata.seq_lens = metadata.seq_lens.clone()
+
+    _after_start(lane, lambda: _wrap_build(copy_seq_lens))
+
+
+def lose_request_in_loader(lane: Any) -> None:
+    """Model Runner V2's DFlash loader as before vLLM PR #46770 (the draft's backend request
+    never reaches its layers): the selection lane's plant, on this lane's host."""
+    from selection_lane.prefix_loader import _install_prefix_loader
+
+    _after_start(lane, _install_prefix_loader)

@@ -1,0 +1,72 @@
+"""The gpu-emulated lane has teeth: faults planted into vLLM change exactly the verdicts they
+should. Each test runs a small slice of the gpu lane's own flow (SM90 simulated, TRITON_ATTN's
+kernels interpreted) in a fresh cell process with one plant applied: affected cells get the
+planted verdict, every other cell keeps its expected one (``pass``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pytest
+
+from harness.result import CellResult
+from harness.runner import run_matrix
+from harness.verdict import Verdict
+
+from . import plants
+
+pytestmark = pytest.mark.vllm
+
+Axes = Mapping[str, object]
+
+
+def _matrix(folder: Path, loaders: str, cudagraphs: str) -> Path:
+    """TRITON_ATTN on simulated SM90, causal x sink, short contexts (the full matrix runs the long ones)."""
+    (folder / "expected.toml").write_text(
+        '[expectations]\ndefault = "pass"\nreason = "TRITON_ATTN serves every causal x sink cell"\n'
+    )
+    path = folder / f"planted-{loaders}-{cudagraphs}.toml".replace('"', "").replace(", ", "-")
+    path.write_text(
+        '[matrix]\nname = "planted"\nlane = "gpu_emulated"\nexpectations = "expected.toml"\n'
+        "timeout_s = 600\n"
+        '[axes]\ncapability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [true, false]\nsink = [true, false]\n'
+        f'dtype = ["bfloat16"]\nloader = [{loaders}]\ncudagraph = [{cudagraphs}]\n'
+        "[tolerance]\nbfloat16 = 2e-2\n"
+        '[options]\ncontext_lens = [9, 40, 3]\nsm_counts = { "9.0" = 132 }\n'
+    )
+    return path
+
+
+def planted(plant: Callable[..., None], matrix: Path) -> list[CellResult]:
+    return run_matrix(matrix, plants=[f"{plant.__module__}:{plant.__name__}"])
+
+
+def assert_changed_exactly(results: list[CellResult], affected: Callable[[Axes], bool], verdict: Verdict) -> None:
+    wrong = []
+    for result in results:
+        want = verdict if affected(result.axes) else result.expected
+        if result.verdict != want:
+            wrong.append(f"{result.id}: {result.verdict.value} ({result.message}), want {want.value}")
+    assert not wrong, "\n".join(wrong)
+    assert any(affected(r.axes) for r in results) and not all(affected(r.axes) for r in results)
+
+
+def test_sinks_dropped_on_the_way_into_the_kernel_are_a_mismatch_exactly_in_sink_cells(tmp_path: Path) -> None:
+    results = planted(plants.drop_sinks_into_kernel, _matrix(tmp_path, '"v2"', '"eager", "graph"'))
+    assert_changed_exactly(results, lambda axes: bool(axes["sink"]), Verdict.MISMATCH)
+
+
+def test_a_lost_non_causal_flag_is_a_mismatch_exactly_in_non_causal_cells(tmp_path: Path) -> None:
+    results = planted(plants.lose_non_causal, _matrix(tmp_path, '"v2"', '"eager"'))
+    assert_changed_exactly(results, lambda axes: not axes["causal"], Verdict.MISMATCH)
+
+
+def test_metadata_frozen_at_capture_is_a_mismatch_exactly_in_graph_cells(tmp_path: Path) -> None:
+    results = planted(plants.reallocate_seq_lens, _matrix(tmp_path, '"v2"', '"eager", "graph"'))
+    assert_changed_exactly(results, lambda axes: axes["cudagraph"] == "graph", Verdict.MISMATCH)
+
+
+def test_a_request_lost_in_the_loader_is_wrong_backend_exactly_on_loader_v2(tmp_path: Path) -> None:
+    results = planted(plants.lose_request_in_loader, _matrix(tmp_path, '"v2", "v1"', '"eager"'))
+    assert_changed_exactly(results, lambda axes: axes["loader"] == "v2", Verdict.WRONG_BACKEND)
