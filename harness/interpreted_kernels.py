@@ -57,6 +57,7 @@ def apply(gpu: HostGpu) -> Mapping[str, str]:
     _interpreter_rounding()
     _device_capability(gpu.capability)
     _sm_count(gpu.sm_count)
+    _flashinfer_impl(gpu.sm_count)
     _host_cache_write()
     _host_fp8_query_quant()
     return dict(PATCHES)
@@ -184,6 +185,17 @@ def _sm_count(sm_count: int) -> None:
     _record(
         "CudaPlatform.num_compute_units",
         f"{sm_count} (the simulated GPU's SM count, an explicit input): it sizes TRITON_ATTN's split-KV grid",
+    )
+
+
+def _flashinfer_impl(sm_count: int) -> None:
+    from harness.simulated_cuda import allow_host_flashinfer_impl
+
+    allow_host_flashinfer_impl(sm_count)
+    _record(
+        "FlashInferImpl construction",
+        "the target's auto-selected FlashInfer layers (SM100) ask the device for its SM count and allocate a "
+        "counter on cuda when built; never run here, they get the explicit SM count and a host buffer",
     )
 
 

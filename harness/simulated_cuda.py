@@ -206,17 +206,17 @@ def _load_libcuda() -> str:
     return "stub" if hasattr(library, _STUB_MARKER) else "driver"
 
 
-def allow_host_flashinfer_impl() -> None:
+def allow_host_flashinfer_impl(sm_count: int = 132) -> None:
     """Let FlashInferImpl be constructed without a GPU.
 
     Its __init__ asks the physical device for its SM count and allocates a counter buffer
     on torch.device("cuda"); neither affects which backend a layer carries. Answer the
-    first with an H100-like count and allocate the buffer on the host.
+    first with ``sm_count`` (H100's by default) and allocate the buffer on the host.
     """
     import torch
     import vllm.v1.attention.backends.flashinfer as flashinfer_backend
 
-    flashinfer_backend.get_device_sm_count = lambda device=None: 132
+    flashinfer_backend.get_device_sm_count = lambda device=None: sm_count
     flashinfer_backend._get_multi_ctas_kv_counter_buffer = lambda nbytes, device: torch.zeros(
         int(nbytes), dtype=torch.uint8
     )

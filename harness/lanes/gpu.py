@@ -128,6 +128,10 @@ class Host(Protocol):
 
     def healthy(self) -> bool: ...
 
+    def cell_details(self) -> dict[str, Any]:
+        """What the host saw of the cell that just ran, for its details."""
+        ...
+
 
 class CudaHost:
     """The runner's own CUDA GPU (``tox -e gpu``); ``harness.gpu_plugin`` has pinned it."""
@@ -190,6 +194,9 @@ class CudaHost:
 
     def healthy(self) -> bool:
         return _cuda_healthy()
+
+    def cell_details(self) -> dict[str, Any]:
+        return {}
 
 
 _PROCESSES: dict[int, _Process] = {}
@@ -422,7 +429,7 @@ class GpuLane:
             tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
         observation = observe_cell(cell, process, setup, stage_log, tolerance)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"
-        observation.details.update(cudagraph=runtime, kv_cache_dtype=kv_cache_dtype)
+        observation.details.update(cudagraph=runtime, kv_cache_dtype=kv_cache_dtype, **self.host.cell_details())
         return observation
 
 

@@ -38,6 +38,9 @@ class EmulatedHost:
         self.simulated: str | None = None
         self.patches: dict[str, str] = {}
         self._after_start: list[Callable[[], None]] = []
+        # Triton kernel launches of the current cell, by kernel: which paths ran (TRITON_ATTN's
+        # split-KV path shows as reduce_segments), read into the cell's details.
+        self.launches: dict[str, int] = {}
 
     def after_start(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the simulated platform and the host patches are in place, before
@@ -62,8 +65,27 @@ class EmulatedHost:
             interpreted_kernels.apply(interpreted_kernels.HostGpu(gpu.major_minor, self.sm_count(capability)))
         )
         self.simulated = capability
+        self._count_launches()
         for hook in self._after_start:
             hook()
+
+    def _count_launches(self) -> None:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        run = InterpretedFunction.run
+        launches = self.launches
+
+        def counted(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs.get("warmup"):
+                launches[kernel.__name__] = launches.get(kernel.__name__, 0) + 1
+            return run(kernel, *args, **kwargs)
+
+        InterpretedFunction.run = counted
+
+    def cell_details(self) -> dict[str, Any]:
+        details = {"triton_launches": dict(sorted(self.launches.items()))}
+        self.launches.clear()
+        return details
 
     def sm_count(self, capability: str) -> int:
         if capability not in self.options.sm_counts:

@@ -27,12 +27,14 @@ TOX = shutil.which("tox")
 BASE_AXES = {
     "cpu": 'backend = ["CPU_ATTN"]\ncausal = [true]\nsink = [true]\n',
     "gpu": 'capability = ["9.0"]\nbackend = ["FLASH_ATTN"]\ncausal = [true]\nsink = [true]\n',
+    "gpu_emulated": 'capability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [true]\nsink = [true]\n',
     "selection": 'capability = ["9.0"]\nbackend = ["auto"]\ncausal = [true]\nsink = [true]\n',
     "fake": 'backend = ["A_ATTN"]\ncausal = [true]\nsink = [true]\n',
 }
 BAD_VALUES = {
     "cpu": ("seed = 1.5", "options.seed", "1.5 is not an integer >= 0"),
     "gpu": ("head_dim = 4", "options.head_dim", "4 is not an integer >= 8"),
+    "gpu_emulated": ('sm_counts = { "9.0" = 0 }', "options.sm_counts", "is not a table of capability = number of SMs"),
     "selection": ("target_backend = 7", "options.target_backend", "7 is not a backend name"),
     "fake": ('actions = { "A_ATTN-causal-sink" = "explode" }', "options.actions", "'explode' is not allowed"),
 }
@@ -40,6 +42,7 @@ BAD_VALUES = {
 CANNOT_VARY = {
     "cpu": ('capability = ["9.0"]', "axes.capability", "the cpu lane cannot vary this axis"),
     "gpu": ("flashinfer_cubin = [true]", "axes.flashinfer_cubin", "the gpu lane cannot vary this axis"),
+    "gpu_emulated": ("flashinfer_cubin = [true]", "axes.flashinfer_cubin", "the gpu_emulated lane cannot vary"),
     "selection": ("sliding_window = [0, 16]", "axes.sliding_window", "16: the selection lane builds no windowed draft"),
 }
 

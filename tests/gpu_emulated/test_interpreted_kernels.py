@@ -123,6 +123,7 @@ def test_device_queries_answer_for_the_simulated_gpu(host: Any) -> None:
         "interpreter fp32->bf16 and ->fp8 casts",
         "torch.cuda.get_device_capability",
         "CudaPlatform.num_compute_units",
+        "FlashInferImpl construction",
         "reshape_and_cache_flash",
         "static_scaled_fp8_quant",
     }

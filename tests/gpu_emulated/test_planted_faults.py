@@ -55,6 +55,11 @@ def assert_changed_exactly(results: list[CellResult], affected: Callable[[Axes],
 def test_sinks_dropped_on_the_way_into_the_kernel_are_a_mismatch_exactly_in_sink_cells(tmp_path: Path) -> None:
     results = planted(plants.drop_sinks_into_kernel, _matrix(tmp_path, '"v2"', '"eager", "graph"'))
     assert_changed_exactly(results, lambda axes: bool(axes["sink"]), Verdict.MISMATCH)
+    # The sinks were dropped where the split-KV (3D) path ran: causal cells reduce segments
+    # (one launch per layer and run), non-causal cells take the 2D path.
+    for result in results:
+        launches = result.details["triton_launches"]
+        assert bool(launches.get("reduce_segments")) is bool(result.axes["causal"]), (result.id, launches)
 
 
 def test_a_lost_non_causal_flag_is_a_mismatch_exactly_in_non_causal_cells(tmp_path: Path) -> None:

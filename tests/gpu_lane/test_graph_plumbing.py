@@ -84,6 +84,7 @@ def _lane(tmp_path: Path) -> gpu.GpuLane:
     lane = object.__new__(gpu.GpuLane)
     lane.matrix = load_matrix(_matrix(tmp_path, ""))
     lane.options = gpu.GpuOptions()
+    lane.host = gpu.CudaHost()
     return lane
 
 
