@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.result import CellResult
-from harness.runner import run_matrix
+from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import plants
