@@ -167,7 +167,8 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr == f"dflash-matrix: {bad}: matrix.lane: 'tpu' is not a lane (valid: cpu, selection, gpu, fake)\n"
+    lanes = "cpu, selection, gpu, gpu_emulated, fake"
+    assert done.stderr == f"dflash-matrix: {bad}: matrix.lane: 'tpu' is not a lane (valid: {lanes})\n"
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
