@@ -5,10 +5,11 @@ planted verdict, every other cell keeps its expected one (``pass``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cpu_lane.test_planted_faults import assert_changed_exactly
 
 from harness.result import CellResult
 from harness.runner.session import run_matrix
@@ -17,9 +18,6 @@ from harness.verdict import Verdict
 from . import plants
 
 pytestmark = pytest.mark.vllm
-
-Axes = Mapping[str, object]
-
 
 def _matrix(folder: Path, loaders: str, cudagraphs: str) -> Path:
     """TRITON_ATTN on simulated SM90, causal x sink, short contexts (the full matrix runs the long ones)."""
@@ -40,16 +38,6 @@ def _matrix(folder: Path, loaders: str, cudagraphs: str) -> Path:
 
 def planted(plant: Callable[..., None], matrix: Path) -> list[CellResult]:
     return run_matrix(matrix, plants=[f"{plant.__module__}:{plant.__name__}"])
-
-
-def assert_changed_exactly(results: list[CellResult], affected: Callable[[Axes], bool], verdict: Verdict) -> None:
-    wrong = []
-    for result in results:
-        want = verdict if affected(result.axes) else result.expected
-        if result.verdict != want:
-            wrong.append(f"{result.id}: {result.verdict.value} ({result.message}), want {want.value}")
-    assert not wrong, "\n".join(wrong)
-    assert any(affected(r.axes) for r in results) and not all(affected(r.axes) for r in results)
 
 
 def test_sinks_dropped_on_the_way_into_the_kernel_are_a_mismatch_exactly_in_sink_cells(tmp_path: Path) -> None:
