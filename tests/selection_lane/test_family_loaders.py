@@ -20,23 +20,28 @@ MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
 
 
 def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only() -> None:
-    # Every v2 cell of a non-default method, and their dflash neighbours on the same backends.
-    family = [c for c in expand(load_matrix(MATRIX)) if c.values["method"] != "dflash" and c.values["loader"] == "v2"]
+    # The v2 cells of a non-default method and their dflash neighbours on the same backends.
+    # SM100 stays out: its auto-selected FlashInfer path can outlast the cell time limit on a
+    # loaded 2-core machine (a timeout there would say nothing about the loaders).
+    cells = [c for c in expand(load_matrix(MATRIX)) if c.values["loader"] == "v2" and c.values["capability"] != "10.0"]
+    family = [c for c in cells if c.values["method"] != "dflash"]
     backends = {c.values["backend"] for c in family}
     plain = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in cells
         if c.values["method"] == "dflash"
-        and c.values["loader"] == "v2"
         and c.values["backend"] in backends
-        and c.values["capability"] in ("9.0", "10.0")
+        and c.values["capability"] == "9.0"
         and c.values["sink"]
         and c.values["flashinfer_cubin"]
     ]
     results = run_matrix(MATRIX, plants=[f"{sibling_loader.__name__}:plant"], cell_ids=[c.id for c in family + plain])
     changed = {r.id: r for r in results if r.verdict != r.expected}
-    assert changed, "the planted DSpark loader changed no verdict"
     for result in changed.values():
         assert result.axes["method"] == "dspark", (result.id, result.verdict, result.message)
         assert result.verdict == Verdict.WRONG_BACKEND, (result.id, result.verdict, result.message)
+    # The DSpark cell that passes as installed: its draft falls back to the target's FlashInfer.
+    lost = changed.get("sm120-TRITON_ATTN-dspark-causal-sink-hd256-dkv-auto-tgt.FLASHINFER-v2-cubin")
+    assert lost is not None and lost.observed_backends == ("FLASHINFER",), sorted(changed)
     assert any(r.axes["method"] == "dflash2" and r.ok for r in results)
+    assert any(r.axes["method"] == "dflash" and r.ok for r in results)
