@@ -37,8 +37,6 @@ class VllmApis:
     set_current_vllm_config: Any
     vllm_config: Any
     engine_args: Any
-    init_distributed_environment: Any
-    initialize_model_parallel: Any
     attention_layer_base: Any
     resolve: Any
     missing: dict[str, str]
@@ -63,8 +61,6 @@ class VllmApis:
             set_current_vllm_config=find("vllm.config", "set_current_vllm_config"),
             vllm_config=find("vllm.config", "VllmConfig"),
             engine_args=find("vllm.engine.arg_utils", "EngineArgs"),
-            init_distributed_environment=find("vllm.distributed", "init_distributed_environment"),
-            initialize_model_parallel=find("vllm.distributed", "initialize_model_parallel"),
             attention_layer_base=find("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
             resolve=find("vllm.utils.import_utils", "resolve_obj_by_qualname"),
             missing=missing,
@@ -73,6 +69,9 @@ class VllmApis:
         # one is known before the first cell.
         find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
         find("vllm.v1.spec_decode.dflash", "DFlashProposer")
+        # What harness.attention.draft.init_single_process_group calls.
+        find("vllm.distributed", "init_distributed_environment")
+        find("vllm.distributed", "ensure_model_parallel_initialized")
         for name in _FORWARD:
             find(*name.rsplit(".", 1))
         return apis
@@ -98,7 +97,7 @@ class VllmApis:
         common = (
             "vllm.engine.arg_utils.EngineArgs",
             "vllm.distributed.init_distributed_environment",
-            "vllm.distributed.initialize_model_parallel",
+            "vllm.distributed.ensure_model_parallel_initialized",
             "vllm.model_executor.layers.attention_layer_base.AttentionLayerBase",
         )
         own = (
@@ -131,29 +130,6 @@ class VllmApis:
 
     def backend_name(self, class_path: str) -> str:
         return str(self.resolve(class_path).get_name())
-
-    @staticmethod
-    def v2_loader_module(method: str = "dflash") -> Any:
-        # Looked up on the module at every call, so a planted copy of the loader is the one used.
-        family = "dspark" if method == "dspark" else "dflash"
-        return importlib.import_module(f"vllm.v1.worker.gpu.spec_decode.{family}.utils")
-
-    def v2_loader(self, method: str) -> Any:
-        """Model Runner V2's loader for the method: DFlash and DFlash2 share load_dflash_model
-        (DFlash2Speculator subclasses DFlashSpeculator), DSpark has load_dspark_model."""
-        try:
-            module = self.v2_loader_module(method)
-        except ImportError as error:
-            raise ApiUnavailable(f"this vLLM release has no Model Runner V2 loader for {method}: {error}") from None
-        name = "load_dspark_model" if method == "dspark" else "load_dflash_model"
-        loader = getattr(module, name, None)
-        if loader is None:
-            raise ApiUnavailable(f"this vLLM release has no {module.__name__}.{name}")
-        return loader
-
-    @staticmethod
-    def v1_proposer() -> Any:
-        return importlib.import_module("vllm.v1.spec_decode.dflash").DFlashProposer
 
 
 @functools.cache

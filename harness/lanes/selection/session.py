@@ -281,24 +281,26 @@ class SimulatedSession:
 
     # -- the draft --------------------------------------------------------
     def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str, str]]:
+        """Build the draft through vLLM's real loader, as the cpu and gpu lanes do
+        (``harness.attention.draft``), on device cpu, and read every attention layer it carries."""
+        from harness.attention.draft import LoaderUnavailable, init_single_process_group, load_draft, v1_refusal
+
         apis = self.apis
         # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
         # lost request), so its host patch is always in place before a build.
         self._allow_flashinfer_on_host()
         config = self.engine_config(cell)
-        if loader == "v1":
-            features = getattr(config, "_get_v1_model_runner_unsupported_features", None)
-            unsupported = features() if features is not None else []
-            if unsupported:
-                raise _V1Refusal(f"Model Runner V1 does not support: {', '.join(unsupported)}")
+        if loader == "v1" and (refusal := v1_refusal(config)) is not None:
+            raise _V1Refusal(refusal)
         with apis.set_current_vllm_config(config):
-            self._init_distributed()
-            if loader == "v2":
-                draft = apis.v2_loader(str(cell.get("method", "dflash")))(self._target(), config)
-            else:
-                proposer = apis.v1_proposer()(config, apis.torch.device("cpu"))
-                proposer.load_model(self._target())
-                draft = proposer.model
+            if not self._distributed:
+                init_single_process_group(self._checkpoints, "gloo")
+                self._distributed = True
+            method = str(cell.get("method", "dflash"))
+            try:
+                draft = load_draft(loader, self._target(), config, apis.torch.device("cpu"), method).model
+            except LoaderUnavailable as why:
+                raise ApiUnavailable(f"this vLLM release has {why}") from None
         return [
             (
                 name,
@@ -352,17 +354,6 @@ class SimulatedSession:
         # BaseModelLoader prefers load_config.device over device_config.device.
         config.load_config.device = "cpu"
         return config
-
-    def _init_distributed(self) -> None:
-        if self._distributed:
-            return
-        apis = self.apis
-        rendezvous = self._checkpoints / "distributed-init"
-        apis.init_distributed_environment(
-            world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{rendezvous}", backend="gloo"
-        )
-        apis.initialize_model_parallel(1, 1)
-        self._distributed = True
 
     def _target(self) -> Any:
         """What the loaders read from the target: the embedding and LM head the draft shares.
