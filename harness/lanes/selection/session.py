@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
 from harness.lanes.contracts import SELECTION, SelectionOptions
 from harness.lanes.selection.census import census, not_in_matrix
+from harness.lanes.selection.checkpoints import ConfigCheckpoints
 from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_reasons
 from harness.matrix import Cell
 from harness.observation import Claim, Failure, Observation, one_line
@@ -54,9 +54,7 @@ class SimulatedSession:
         self.apis = vllm_apis()
         # Removed when the cell process exits (the runner's spawned children exit normally).
         self._workdir = tempfile.TemporaryDirectory(prefix="dflash-selection-")
-        self._checkpoints = Path(self._workdir.name)
-        self._drafts: dict[tuple[bool, bool, str, int], Path] = {}
-        self._target_path = self._write_target()
+        self.checkpoints = ConfigCheckpoints(Path(self._workdir.name), options.head_dim)
         self._distributed = False
         self._target_module: Any = None
         self._flashinfer_host_ready = False
@@ -67,72 +65,7 @@ class SimulatedSession:
         gc.collect()
         gc.freeze()
 
-    # -- checkpoints ------------------------------------------------------
-    def _qwen3_config(self, **extra: object) -> dict[str, object]:
-        config: dict[str, object] = {
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
-            "hidden_size": 256,
-            "intermediate_size": 512,
-            "num_hidden_layers": 4,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "head_dim": self.options.head_dim,
-            "vocab_size": 1024,
-            "max_position_embeddings": 2048,
-            "rms_norm_eps": 1e-6,
-            "rope_theta": 1000000.0,
-            "hidden_act": "silu",
-            "tie_word_embeddings": False,
-            "torch_dtype": "bfloat16",
-        }
-        config.update(extra)
-        return config
-
-    def _write(self, name: str, config: dict[str, object]) -> Path:
-        # Config only: the lane loads with load_format="dummy", so no weights are read.
-        folder = self._checkpoints / name
-        folder.mkdir()
-        (folder / "config.json").write_text(json.dumps(config, indent=2))
-        return folder
-
-    def _write_target(self) -> Path:
-        return self._write("target", self._qwen3_config())
-
-    def draft_path(self, causal: bool, sink: bool, method: str = "dflash", head_size: int | None = None) -> Path:
-        """A config-only draft in the method's own format (qwen3_dflash.py, qwen3_dflash2.py,
-        qwen3_dspark.py): the fields their model classes read when they build."""
-        head = head_size or self.options.head_dim
-        key = (causal, sink, method, head)
-        if key not in self._drafts:
-            dflash_config: dict[str, object] = {
-                "mask_token_id": 1000,
-                "target_layer_ids": [1, 2],
-                "causal": causal,
-                "attention_sink_bias": sink,
-            }
-            extra: dict[str, object] = {}
-            architecture = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel", "dspark": "Qwen3DSparkModel"}
-            if method == "dflash2":
-                dflash_config.update(conv_kernel_size=2, conv_group_size=32, selector_rank=8, selector_top_k=4)
-            elif method == "dspark":
-                extra["markov_rank"] = 8
-            name = f"draft-{method}-hd{head}-{'causal' if causal else 'noncausal'}-{'sink' if sink else 'nosink'}"
-            self._drafts[key] = self._write(
-                name,
-                self._qwen3_config(
-                    architectures=[architecture[method]],
-                    num_hidden_layers=1,
-                    block_size=8,
-                    head_dim=head,
-                    dflash_config=dflash_config,
-                    **extra,
-                ),
-            )
-        return self._drafts[key]
-
-    # -- the enum ---------------------------------------------------------
-    # -- one cell    # -- one cell ---------------------------------------------------------
+    # -- one cell ---------------------------------------------------------
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         requested = cell.requested_backend
         loader = str(SELECTION.value(cell.values, "loader"))
@@ -294,7 +227,7 @@ class SimulatedSession:
             raise _V1Refusal(refusal)
         with apis.set_current_vllm_config(config):
             if not self._distributed:
-                init_single_process_group(self._checkpoints, "gloo")
+                init_single_process_group(self.checkpoints.root, "gloo")
                 self._distributed = True
             method = str(cell.get("method", "dflash"))
             try:
@@ -320,7 +253,7 @@ class SimulatedSession:
             # DFlash2 is served under "dflash" (its architecture picks the speculator).
             "method": "dspark" if method == "dspark" else "dflash",
             "model": str(
-                self.draft_path(bool(cell.get("causal")), bool(cell.get("sink")), method, self.head_size(cell))
+                self.checkpoints.draft(bool(cell.get("causal")), bool(cell.get("sink")), method, self.head_size(cell))
             ),
             "num_speculative_tokens": 4,
         }
@@ -329,7 +262,7 @@ class SimulatedSession:
         if str(cell.get("draft_kv_cache_dtype", "target")) != "target":
             speculative["kv_cache_dtype"] = str(cell.get("draft_kv_cache_dtype"))
         arguments: dict[str, object] = {
-            "model": str(self._target_path),
+            "model": str(self.checkpoints.target),
             "speculative_config": speculative,
             "load_format": "dummy",
             "skip_tokenizer_init": True,
