@@ -16,7 +16,8 @@ on that GPU. One process simulates one (capability, FlashInfer cubin) pair, beca
 caches selection helpers without the capability in their key (the contract's process key).
 
 Layout: this module is the lane (``SelectionLane``); ``session`` is everything that touches
-vLLM for one simulated GPU in one process; ``census`` sorts vLLM's backend enum;
+vLLM for one simulated GPU in one process; ``checkpoints`` writes its config-only
+checkpoints; ``census`` sorts vLLM's backend enum;
 ``rejections`` reads vLLM's refusals. The vLLM entry points come from
 ``harness.attention.apis``, shared with the other lanes.
 """
