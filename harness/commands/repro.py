@@ -38,9 +38,12 @@ def _report(path: Path) -> dict[str, Any]:
         raise InputError(file, "", "no such report (give a report folder holding matrix.json)") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
         raise InputError(file, "", f"not a matrix.json report: {error}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(data.get("run"), dict):
-        raise InputError(file, "", "not a matrix.json report (needs run and cells)")
-    return data
+    runs = data.get("runs", [data.get("run")]) if isinstance(data, dict) else None  # schema 2 lists its runs
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(runs, list):
+        raise InputError(file, "", "not a matrix.json report (needs runs and cells)")
+    if not runs or not all(isinstance(run, dict) for run in runs):
+        raise InputError(file, "runs", "not a list of run objects")
+    return {**data, "runs": runs}
 
 
 def _options(run: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +58,9 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     cells = {cell.get("id"): cell for cell in report["cells"] if isinstance(cell, dict)}
     if cell_id not in cells:
         raise InputError(source, "cells", f"the report has no cell {cell_id!r}")
-    cell, run = cells[cell_id], report["run"]
+    cell = cells[cell_id]
+    # A merged report holds several runs; the cell names its run by key (schema 2).
+    run = next((r for r in report["runs"] if r.get("key") == cell.get("run")), report["runs"][0])
     lane = str(cell.get("lane") or run.get("lane"))
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)

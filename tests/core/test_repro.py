@@ -35,12 +35,14 @@ RUN = {
     "device": "simulated SM90",
     "matrix": "selection",
     "vllm_requirement": "vllm==0.24.0",
+    "key": "selection / simulated / vllm 0.24.0",
 }
 
 
 def _report(folder: Path, cells: list[dict[str, Any]]) -> Path:
     folder.mkdir(exist_ok=True)
-    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/1", "run": RUN, "cells": cells}))
+    document = {"schema": "dflash-matrix/2", "runs": [RUN], "cells": [{**cell, "run": RUN["key"]} for cell in cells]}
+    (folder / "matrix.json").write_text(json.dumps(document))
     return folder
 
 
