@@ -45,6 +45,8 @@ def pytest_arguments(args: argparse.Namespace, matrix: Path, report_dir: Path) -
         str(matrix),
         "--report-dir",
         str(report_dir),
+        # The matrix as the only path to collect: without one pytest would collect the current folder.
+        str(matrix),
     ]
     registered = {entry.value for entry in importlib.metadata.entry_points(group="pytest11")}
     if PLUGIN not in registered:  # a source checkout on PYTHONPATH: no entry point to load it

@@ -55,6 +55,7 @@ def test_run_writes_the_same_reports_as_a_pytest_session(tmp_path: Path) -> None
     matrix.write_text(PASSING_FAKE)
     # The current folder's own pytest configuration must not leak in: a vLLM checkout has one.
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --this-option-does-not-exist\n")
+    (tmp_path / "test_not_mine.py").write_text("def test_fails():\n    raise AssertionError\n")
     done = _cli("run", str(matrix), "--report-dir", "out", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads((tmp_path / "out" / "matrix.json").read_text())
