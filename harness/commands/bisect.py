@@ -69,7 +69,10 @@ def _releases(args: argparse.Namespace) -> tuple[str, ...]:
     old, new = _version(args.old, "--old"), _version(args.new, "--new")
     if old >= new:
         raise InputError("--old", "", f"{args.old} is not older than --new {args.new}")
-    offered = offered_releases()
+    try:
+        offered = offered_releases()
+    except RuntimeError as error:
+        raise InputError("bisect", "", str(error)) from None
     for option, text in (("--old", args.old), ("--new", args.new)):
         if text not in offered:
             near = [v for v in offered if Version(v).major == Version(text).major][:12]
