@@ -138,3 +138,21 @@ def test_the_run_object_names_the_wheel_path_or_commit(
     recorded = vllm_release.vllm_provenance()
     assert recorded["vllm_requirement"] == "vllm==0.34.0"
     assert recorded["vllm_overrides"] == "flashinfer-python==0.7.4"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["sm90-NOPE", "--old", "0.24.0", "--new", "0.33.0"], "no cell 'sm90-NOPE' in this matrix"),
+        (["sm90-TRITON_ATTN-causal-sink-v2-cubin", "--old", "0.33.0", "--new", "0.24.0"], "0.33.0 is not older than"),
+        (
+            ["sm90-TRITON_ATTN-causal-sink-v2-cubin", "--old", "latest", "--new", "0.33.0"],
+            "'latest' is not a vLLM version",
+        ),
+        (["sm90-TRITON_ATTN-causal-sink-v2-cubin", "--old", "0.24.0"], "both are needed"),
+    ],
+)
+def test_bisect_bad_input_is_one_line_before_any_install(tmp_path: Path, args: list[str], fragment: str) -> None:
+    done = _cli("bisect", "selection", *args, "--cache", str(tmp_path / "cache"), cwd=tmp_path)
+    assert done.returncode == 2 and fragment in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "cache").exists()
