@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.bisect import Signature, Uninstallable
+from harness.bisection import Signature, Uninstallable
 
 HARNESS = Path(__file__).resolve().parent
 COMPLETE = ".dflash-complete"
@@ -88,7 +88,8 @@ class ReleaseEnvs:
         python = str(env / "bin" / "python")
         requirement = self.requirement(release)
         done = subprocess.run(
-            [python, str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
+            # -I: the script's folder (harness/) must not shadow stdlib modules on sys.path.
+            [python, "-I", str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

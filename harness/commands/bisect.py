@@ -21,7 +21,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.bisect import BisectError, Signature, Uninstallable, bisect, releases_between
+from harness.bisection import BisectError, Signature, Uninstallable, bisect, releases_between
 from harness.bundled import matrix_path
 from harness.errors import InputError
 from harness.matrix import expand, load_matrix

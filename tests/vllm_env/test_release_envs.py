@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from harness import release_envs
-from harness.bisect import Uninstallable
+from harness.bisection import Uninstallable
 from harness.release_envs import COMPLETE, ReleaseEnvs
 
 
@@ -23,7 +23,7 @@ class FakeInstaller:
         (env / "bin" / "python").write_text("")
 
     def run(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        requirement = command[2]
+        requirement = command[3]  # python -I vllm_install.py REQUIREMENT ...
         self.installs.append(requirement)
         Path(command[0]).parent.parent.joinpath("lib.bin").write_bytes(b"x" * 1000)
         if requirement in self.broken:
