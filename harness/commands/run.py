@@ -57,8 +57,8 @@ def pytest_arguments(args: argparse.Namespace, matrix: Path, report_dir: Path) -
         arguments += ["-n", str(args.workers), "--dist", "loadgroup"]
     if args.resume:
         arguments.append("--resume")
-    extra = list(args.pytest_args)
-    return arguments + (extra[1:] if extra[:1] == ["--"] else extra)
+    # REMAINDER also takes run's own options given after the matrix (--report-dir is pytest's too).
+    return arguments + [argument for argument in args.pytest_args if argument != "--"]
 
 
 def run(args: argparse.Namespace) -> int:
