@@ -18,7 +18,10 @@ pytestmark = pytest.mark.skipif(TOX is None, reason="the tox command is not on P
 
 
 def _tox(work: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "PYTEST_", "VIRTUAL_ENV"))}
+    # UV_*: the outer tox hands its envs pip's settings as UV_* variables, and an inner tox keeps a
+    # UV_* index the caller set over the PIP_* ones this test passes: the install would then reach
+    # the real index (a whole vLLM) instead of failing at once on the empty find-links folder.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "PYTEST_", "VIRTUAL_ENV", "UV_"))}
     clean.pop("CUDA_VISIBLE_DEVICES", None)
     assert TOX is not None
     return subprocess.run(
