@@ -34,7 +34,7 @@ NOWHERE = Path("/nowhere")
 
 MACHINE_CONF = """
 [global]
-find-links = /opt/wheels
+find-links = /srv/wheelhouse
 extra-index-url = file:///mirror/simple file:///mirror-2/simple
 constraint = /etc/xdg/pip/constraints.txt
 """
@@ -58,7 +58,7 @@ def test_the_machines_settings_become_uvs() -> None:
     settings = toxw.pip_install_settings({"PIP_DEFAULT_TIMEOUT": "180"}, [MACHINE_CONF])
     env = toxw.uv_environment(settings, {}, NOWHERE, exists=lambda path: True)
     assert env == {
-        "UV_FIND_LINKS": "/opt/wheels",
+        "UV_FIND_LINKS": "/srv/wheelhouse",
         "UV_EXTRA_INDEX_URL": "file:///mirror/simple file:///mirror-2/simple",
         "UV_CONSTRAINT": "/etc/xdg/pip/constraints.txt",
         "UV_HTTP_TIMEOUT": "180",

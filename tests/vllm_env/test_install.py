@@ -62,7 +62,7 @@ def test_tox_arguments_split_into_pip_options_and_requirements() -> None:
 
 
 def test_only_what_may_be_a_vllm_pays_for_reading_vllms_pins() -> None:
-    harness = ["defusedxml>=0.7", "pytest<9.2,>=8.0", "dflash-matrix@/tmp/pkg/dflash_matrix-0.1.0-py3-none-any.whl"]
+    harness = ["defusedxml>=0.7", "pytest<9.2,>=8.0", "dflash-matrix@/build/pkg/dflash_matrix-0.1.0-py3-none-any.whl"]
     assert not any(may_be_vllm(requirement) for requirement in harness)
     maybe = ["vllm==0.33.0", "vllm @ https://host/vllm.whl", "./dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl", "-e"]
     assert all(may_be_vllm(requirement) for requirement in maybe)
