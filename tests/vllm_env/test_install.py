@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harness.vllm_install import (
+    clash_floors,
     exact_torch_constraints,
     may_be_vllm,
     overridden_requirements,
@@ -66,3 +67,10 @@ def test_only_what_may_be_a_vllm_pays_for_reading_vllms_pins() -> None:
     assert not any(may_be_vllm(requirement) for requirement in harness)
     maybe = ["vllm==0.33.0", "vllm @ https://host/vllm.whl", "./dist/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl", "-e"]
     assert all(may_be_vllm(requirement) for requirement in maybe)
+
+
+def test_cuda_python_is_floored_at_its_metapackage_unless_vllm_or_the_user_names_it() -> None:
+    # Before 12.8 cuda-python ships cuda/bindings itself and overwrites cuda-bindings' files.
+    assert clash_floors(VLLM_0_30_0) == ("cuda-python>=12.8",)
+    assert clash_floors([*VLLM_0_30_0, "cuda-python==12.6.2.post1"]) == ()
+    assert clash_floors(VLLM_0_30_0, overrides=("cuda_python==12.9.0",)) == ()
