@@ -10,6 +10,10 @@ listed.
 Exit status: 1 when something regressed (a cell that matched its expectation before
 and does not now, one that is now planned but not run, or a verdict that got worse;
 with --fail-on-missing also a cell that disappeared), 0 otherwise, 2 on bad input.
+
+--exact compares every field of every cell instead, apart from durations and timestamps
+(harness/reports/exact.py): the check that a change of the harness moved nothing. It exits
+1 on any difference, including a cell present on one side only.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from harness.atomic import write_outputs
 from harness.reports.diff import diff_reports, load_report, render_diff_markdown
+from harness.reports.exact import compare_exact, render_exact_markdown
 from harness.reports.json_text import report_json
 
 
@@ -31,22 +37,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fail-on-missing", action="store_true", help="exit 1 also when a baseline cell is missing from CURRENT"
     )
+    parser.add_argument(
+        "--exact",
+        action="store_true",
+        help="compare every cell field except durations and timestamps; exit 1 on any difference",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    baseline, current = load_report(args.baseline), load_report(args.current)
+    if args.exact:
+        comparison = compare_exact(baseline, current, baseline_name=str(args.baseline), current_name=str(args.current))
+        _write(args, render_exact_markdown(comparison), comparison.to_json(), ("differences",))
+        return 1 if comparison.differ else 0
     diff = diff_reports(
-        load_report(args.baseline),
-        load_report(args.current),
+        baseline,
+        current,
         baseline_name=str(args.baseline),
         current_name=str(args.current),
         fail_on_missing=args.fail_on_missing,
     )
-    markdown = render_diff_markdown(diff)
+    _write(args, render_diff_markdown(diff), diff.to_json(), ("changes",))
+    return 1 if diff.regressed else 0
+
+
+def _write(args: argparse.Namespace, markdown: str, data: dict[str, Any], lists: tuple[str, ...]) -> None:
     outputs = {}
     if args.md:
         outputs[Path(args.md)] = markdown.encode("utf-8")
     if args.json:
-        outputs[Path(args.json)] = report_json(diff.to_json(), ("changes",)).encode("utf-8")
+        outputs[Path(args.json)] = report_json(data, lists).encode("utf-8")
     write_outputs(outputs)
     sys.stdout.write(markdown)
-    return 1 if diff.regressed else 0

@@ -152,7 +152,7 @@ def load_report(path: str | Path) -> list[RunResults]:
 Pairing = list[tuple[RunResults | None, RunResults | None]]
 
 
-def _pair_runs(baseline: Sequence[RunResults], current: Sequence[RunResults]) -> Pairing:
+def pair_runs(baseline: Sequence[RunResults], current: Sequence[RunResults]) -> Pairing:
     def by_slot(parts: Sequence[RunResults]) -> dict[str, list[RunResults]]:
         slots: dict[str, list[RunResults]] = {}
         for part in parts:
@@ -198,7 +198,7 @@ def diff_reports(
     changes: list[CellChange] = []
     unchanged = still_failing = 0
     pairs = []
-    for old, new in _pair_runs(baseline, current):
+    for old, new in pair_runs(baseline, current):
         pairs.append(RunPair(old.run if old else None, new.run if new else None))
         before = {cell.id: cell for cell in old.cells} if old else {}
         after = {cell.id: cell for cell in new.cells} if new else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from harness.cli import main
 from harness.reports.diff import Change, diff_reports, load_report
+from harness.result import CellResult
 
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
@@ -98,3 +100,47 @@ def test_markdown_goes_to_stdout(tmp_path: Path, capsys: pytest.CaptureFixture[s
     old = write_shard(tmp_path / "old", [cell()])
     assert main(["diff", str(old), str(old)]) == 0
     assert capsys.readouterr().out.startswith("# DFlash matrix diff")
+
+
+def _exact(tmp_path: Path, before: list, after: list) -> tuple[int, dict]:
+    old = write_shard(tmp_path / "old", before)
+    new = write_shard(tmp_path / "new", after)
+    out = tmp_path / "exact.json"
+    status = main(["diff", "--exact", str(old), str(new), "--json", str(out)])
+    return status, json.loads(out.read_text())
+
+
+def _timed(result: CellResult, duration: float, **details: object) -> CellResult:
+    return dataclasses.replace(result, duration_s=duration, details=details)
+
+
+def test_exact_ignores_durations_and_timings_only(tmp_path: Path) -> None:
+    before = [_timed(cell(), 0.5, timings_s={"config": 0.1}, draft="d1"), cell("B", verdict="unsupported")]
+    after = [_timed(cell(), 9.0, timings_s={"config": 3.0}, draft="d1"), cell("B", verdict="unsupported")]
+    status, data = _exact(tmp_path, before, after)
+    assert status == 0 and data["compared"] == 2 and data["identical"] == 2 and data["differences"] == []
+
+
+def test_exact_names_every_field_that_moved_and_exits_1(tmp_path: Path) -> None:
+    before = [_timed(cell(message="A: 0.01"), 0.5, draft="d1"), cell("B")]
+    # Same verdict and outcome: the ordinary diff sees nothing, the exact one sees both fields.
+    after = [_timed(cell(message="A: 0.02"), 0.5, draft="d2"), cell("B")]
+    assert main(["diff", str(write_shard(tmp_path / "o", before)), str(write_shard(tmp_path / "n", after))]) == 0
+    status, data = _exact(tmp_path, before, after)
+    assert status == 1 and data["identical"] == 1
+    (moved,) = data["differences"]
+    assert moved["id"] == cell().id
+    assert {f["field"]: (f["before"], f["after"]) for f in moved["fields"]} == {
+        "details.draft": ("d1", "d2"),
+        "message": ("A: 0.01", "A: 0.02"),
+    }
+
+
+def test_exact_lists_cells_on_one_side_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status, data = _exact(tmp_path, [cell("A"), cell("B")], [cell("A"), cell("C")])
+    assert status == 1 and data["compared"] == 1 and data["identical"] == 1
+    assert {(d["id"], d["only_in"]) for d in data["differences"]} == {
+        (cell("B").id, "baseline"),
+        (cell("C").id, "current"),
+    }
+    assert "1 cells in both, 1 identical, 0 differ; 2 on one side only" in capsys.readouterr().out
