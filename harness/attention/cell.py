@@ -151,17 +151,19 @@ def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
 
 def engine_shape(cell: Cell, base: EngineShape | None = None) -> EngineShape:
     """The engine settings a cell asks for: its KV dtypes, the target's attention, the method,
-    and a model length that holds its contexts."""
+    and a model length that holds its contexts. A target left to auto keeps ``base``'s (a
+    lane option, e.g. the selection lane's ``target_backend``)."""
+    base = base or EngineShape()
     target = str(cell.get("target_attention", "auto"))
     draft_kv = str(cell.get("draft_kv_cache_dtype", "target"))
     per_kind: tuple[tuple[str, str], ...] = ()
-    target_backend: str | None = None
+    target_backend = base.target_backend
     if target.startswith(TARGET_KIND_PREFIX):
         per_kind = tuple((kind, target.removeprefix(TARGET_KIND_PREFIX)) for kind in DRAFT_LAYER_KINDS)
+        target_backend = None
     elif target != "auto":
         target_backend = target
     longest = max(context_lens(cell, ()) or (0,))
-    base = base or EngineShape()
     return dataclasses.replace(
         base,
         kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")),

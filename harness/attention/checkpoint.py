@@ -4,6 +4,10 @@ Real files rather than ``load_format="dummy"``: on CPU the dummy loader never ca
 ``load_weights``, so the DFlash draft builds its fused K/V buffers after the CPU linear
 dispatch has emptied ``qkv_proj.weight`` and the first forward fails. Real files also let
 the harness choose the sink values, and remember them as the truth the reference uses.
+
+``weights=False`` writes the configs alone, for a lane that runs no kernel and builds its
+drafts with ``load_format="dummy"`` (the selection lane): the same config a weighted
+checkpoint of that shape has, and no sink values to remember.
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ class DraftTruth:
     path: Path
     spec: DraftSpec
     shape: ModelShape
-    sinks: tuple[tuple[float, ...], ...] | None  # per draft layer, per head; None without sinks
+    sinks: tuple[tuple[float, ...], ...] | None  # per draft layer, per head; None without sinks or weights
 
     @property
     def scale(self) -> float:
@@ -172,29 +176,38 @@ def _sink_values(generator: torch.Generator, heads: int) -> torch.Tensor:
     return (torch.randn(heads, generator=generator) * 2.0 + 1.0).to(CHECKPOINT_DTYPE)
 
 
-def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.Tensor]) -> None:
+def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.Tensor] | None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
-    save_file({k: v.contiguous() for k, v in weights.items()}, str(directory / "model.safetensors"), {"format": "pt"})
+    if weights is not None:
+        tensors = {k: v.contiguous() for k, v in weights.items()}
+        save_file(tensors, str(directory / "model.safetensors"), {"format": "pt"})
 
 
-def write_target(root: Path, shape: ModelShape = ModelShape(), seed: int = 0) -> Path:
+def write_target(root: Path, shape: ModelShape = ModelShape(), seed: int = 0, weights: bool = True) -> Path:
+    if not weights:
+        path = root / "target"
+        _write(path, _qwen3_config(shape), None)
+        return path
     generator = torch.Generator().manual_seed(seed)
-    weights = {
+    tensors = {
         "model.embed_tokens.weight": _random(generator, shape.vocab, shape.hidden),
         "model.norm.weight": _ones(shape.hidden),
         "lm_head.weight": _random(generator, shape.vocab, shape.hidden),
     }
     for layer in range(shape.target_layers):
-        weights.update(_decoder_layer(generator, shape, f"model.layers.{layer}"))
+        tensors.update(_decoder_layer(generator, shape, f"model.layers.{layer}"))
     path = root / "target"
-    _write(path, _qwen3_config(shape), weights)
+    _write(path, _qwen3_config(shape), tensors)
     return path
 
 
-def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), seed: int = 1) -> DraftTruth:
-    """A draft in ``spec.method``'s own config format and weight names."""
+def write_draft(
+    root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), seed: int = 1, weights: bool = True
+) -> DraftTruth:
+    """A draft in ``spec.method``'s own config format and weight names (``weights=False``:
+    its config alone; the tensors are still drawn, so a config never depends on the flag)."""
     generator = torch.Generator().manual_seed(seed)
     target_layer_ids = list(range(shape.target_layers))
     dflash_config: dict[str, object] = {
@@ -212,7 +225,7 @@ def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), s
             dflash_config["swa_window_size"] = spec.sliding_window
     elif spec.sliding_window:
         dflash_config.update(use_swa=True, swa_window_size=spec.sliding_window)
-    weights = {
+    tensors = {
         "fc.weight": _random(generator, shape.hidden, shape.hidden * len(target_layer_ids)),
         "hidden_norm.weight": _ones(shape.hidden),
         "norm.weight": _ones(shape.hidden),
@@ -221,11 +234,11 @@ def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), s
     if spec.method == "dflash2":
         architecture = "DFlash2DraftModel"
         dflash_config.update(_DFLASH2_CONFIG)
-        weights.update(_dflash2_weights(generator, shape))
+        tensors.update(_dflash2_weights(generator, shape))
     elif spec.method == "dspark":
         architecture = "Qwen3DSparkModel"
         extra["markov_rank"] = _DSPARK_MARKOV_RANK
-        weights.update(_dspark_weights(generator, shape))
+        tensors.update(_dspark_weights(generator, shape))
     elif spec.method != "dflash":
         raise ValueError(f"unknown draft method {spec.method!r}")
     config = _qwen3_config(
@@ -239,14 +252,14 @@ def write_draft(root: Path, spec: DraftSpec, shape: ModelShape = ModelShape(), s
     )
     sinks: list[tuple[float, ...]] = []
     for layer in range(shape.draft_layers):
-        weights.update(_decoder_layer(generator, shape, f"layers.{layer}"))
+        tensors.update(_decoder_layer(generator, shape, f"layers.{layer}"))
         if spec.sink:
             values = _sink_values(generator, shape.heads)
-            weights[f"layers.{layer}.self_attn.attention_sink_bias"] = values
+            tensors[f"layers.{layer}.self_attn.attention_sink_bias"] = values
             sinks.append(tuple(float(v) for v in values.float()))
     path = root / f"{spec.dirname}-hd{shape.head_dim}"
-    _write(path, config, weights)
-    return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink else None)
+    _write(path, config, tensors if weights else None)
+    return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink and weights else None)
 
 
 # DFlash2 (qwen3_dflash2.py): each decoder layer wraps attention and MLP in grouped

@@ -45,6 +45,12 @@ class EngineShape:
     target_backend: str | None = None
     target_backend_per_kind: tuple[tuple[str, str], ...] = ()
     method: str = "dflash"  # the draft's family member (harness.axes.METHODS)
+    # "dummy" for a lane that runs no kernel: vLLM then initialises the weights instead of
+    # reading them, so a config-only checkpoint (checkpoint.write_draft(weights=False)) loads.
+    load_format: str = "auto"
+    # Where the model lives, when not on the platform's own device: a simulated CUDA platform
+    # (harness.simulated_cuda) says "cuda", and vLLM's EngineArgs has no device argument.
+    device: str | None = None
 
 
 # vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
@@ -90,7 +96,7 @@ def engine_config(
     args = EngineArgs(
         model=str(target),
         speculative_config=speculative,
-        load_format="auto",
+        load_format=shape.load_format,
         enforce_eager=graph_tokens is None,
         max_model_len=shape.max_model_len,
         max_num_seqs=shape.max_num_seqs,
@@ -102,7 +108,17 @@ def engine_config(
         kv_cache_dtype=shape.kv_cache_dtype,
         **graphs,
     )
-    return args.create_engine_config()
+    config = args.create_engine_config()
+    return config if shape.device is None else on_device(config, shape.device)
+
+
+def on_device(vllm_config: Any, device: str) -> Any:
+    """Put the config's model on ``device``: DeviceConfig takes the platform's device type at
+    creation, and BaseModelLoader prefers ``load_config.device`` over ``device_config.device``."""
+    vllm_config.device_config.device = torch.device(device)
+    vllm_config.device_config.device_type = device
+    vllm_config.load_config.device = device
+    return vllm_config
 
 
 def init_single_process_group(root: Path, backend: str) -> None:

@@ -126,12 +126,9 @@ class EmulatedHost:
     def engine_config(self, config: Any) -> Any:
         """The simulated CUDA platform puts the model on "cuda"; here it lives on the CPU, as in
         the selection lane."""
-        import torch
+        from harness.attention.draft import on_device
 
-        config.device_config.device = torch.device("cpu")
-        config.device_config.device_type = "cpu"
-        config.load_config.device = "cpu"
-        return config
+        return on_device(config, "cpu")
 
     def unavailable(self, cell: Cell) -> str | None:
         backend = cell.requested_backend

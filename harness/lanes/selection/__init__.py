@@ -16,10 +16,10 @@ on that GPU. One process simulates one (capability, FlashInfer cubin) pair, beca
 caches selection helpers without the capability in their key (the contract's process key).
 
 Layout: this module is the lane (``SelectionLane``); ``session`` is everything that touches
-vLLM for one simulated GPU in one process; ``checkpoints`` writes its config-only
-checkpoints; ``census`` sorts vLLM's backend enum;
-``rejections`` reads vLLM's refusals. The vLLM entry points come from
-``harness.attention.apis``, shared with the other lanes.
+vLLM for one simulated GPU in one process; ``census`` sorts vLLM's backend enum;
+``rejections`` reads vLLM's refusals. The checkpoints (config only), engine configs,
+distributed init, loaders and vLLM entry points come from ``harness.attention``, shared with
+the other lanes.
 """
 
 from __future__ import annotations
@@ -114,5 +114,3 @@ class SelectionLane:
 
 def create(matrix: Matrix) -> SelectionLane:
     return SelectionLane(matrix)
-
-

@@ -4,6 +4,7 @@ cell. Imported by the lane only once the simulated platform is installed."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import tempfile
@@ -12,15 +13,37 @@ from pathlib import Path
 from typing import Any
 
 from harness.attention.apis import ApiUnavailable, vllm_apis
-from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
+from harness.attention.cell import draft_spec, engine_shape
+from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape, write_draft, write_target
+from harness.attention.draft import EngineShape, engine_config
 from harness.lanes.contracts import SELECTION, SelectionOptions
 from harness.lanes.selection.census import census, not_in_matrix
-from harness.lanes.selection.checkpoints import ConfigCheckpoints
 from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_reasons
 from harness.matrix import Cell
 from harness.observation import Claim, Failure, Observation, one_line
 from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.stages import Stage, StageLog
+
+# The checkpoints' shape: the draft one layer deep behind a four-layer target, so every draft
+# layer is named as it was when the lane wrote its own configs (``model.layers.4...``).
+SELECTION_SHAPE = ModelShape(hidden=256, heads=2, kv_heads=1, intermediate=512, target_layers=4, draft_layers=1)
+
+
+class ConfigCheckpoints:
+    """Config-only checkpoints (``write_draft(weights=False)``): the lane builds its drafts
+    with ``load_format="dummy"``, so no weights are read. Written once per cell process."""
+
+    def __init__(self, root: Path, head_dim: int):
+        self.root = root
+        self.shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
+        self.target = write_target(root, self.shape, weights=False)
+        self._drafts: dict[tuple[DraftSpec, int], DraftTruth] = {}
+
+    def draft(self, spec: DraftSpec, head_size: int) -> DraftTruth:
+        if (spec, head_size) not in self._drafts:
+            shape = dataclasses.replace(self.shape, head_dim=head_size)
+            self._drafts[spec, head_size] = write_draft(self.root, spec, shape, weights=False)
+        return self._drafts[spec, head_size]
 
 
 class _V1Refusal(Exception):
@@ -246,47 +269,20 @@ class SimulatedSession:
         ]
 
     def engine_config(self, cell: Cell) -> Any:
-        """A fresh VllmConfig per draft: layers register by name in the config they are built
-        under, so a second draft in the same config fails with 'Duplicate layer name'."""
-        method = str(cell.get("method", "dflash"))
-        speculative: dict[str, object] = {
-            # DFlash2 is served under "dflash" (its architecture picks the speculator).
-            "method": "dspark" if method == "dspark" else "dflash",
-            "model": str(
-                self.checkpoints.draft(bool(cell.get("causal")), bool(cell.get("sink")), method, self.head_size(cell))
-            ),
-            "num_speculative_tokens": 4,
-        }
-        if cell.requested_backend is not None:
-            speculative["attention_backend"] = cell.requested_backend
-        if str(cell.get("draft_kv_cache_dtype", "target")) != "target":
-            speculative["kv_cache_dtype"] = str(cell.get("draft_kv_cache_dtype"))
-        arguments: dict[str, object] = {
-            "model": str(self.checkpoints.target),
-            "speculative_config": speculative,
-            "load_format": "dummy",
-            "skip_tokenizer_init": True,
-            "dtype": str(SELECTION.value(cell.values, "dtype")),
-            "kv_cache_dtype": str(SELECTION.value(cell.values, "kv_cache_dtype")),
-            "max_model_len": 1024,
-            "enforce_eager": True,
-        }
-        target = str(cell.get("target_attention", "auto"))
-        if target.startswith(TARGET_KIND_PREFIX):
-            # attention_config.backend_per_kind for every kind a draft layer can be.
-            backend = target.removeprefix(TARGET_KIND_PREFIX)
-            arguments["attention_config"] = {"backend_per_kind": dict.fromkeys(DRAFT_LAYER_KINDS, backend)}
-        elif target != "auto":
-            arguments["attention_backend"] = target
-        elif self.options.target_backend:
-            arguments["attention_backend"] = self.options.target_backend
-        config = self.apis.engine_args(**arguments).create_engine_config()
-        cpu = self.apis.torch.device("cpu")
-        config.device_config.device = cpu
-        config.device_config.device_type = "cpu"
-        # BaseModelLoader prefers load_config.device over device_config.device.
-        config.load_config.device = "cpu"
-        return config
+        """A fresh VllmConfig per draft (``harness.attention.draft.engine_config``, as the cpu and
+        gpu lanes make theirs): layers register by name in the config they are built under, so a
+        second draft in the same config fails with 'Duplicate layer name'. Dummy weights, on
+        device cpu: the simulated CUDA platform would put the model on "cuda"."""
+        spec, _ = draft_spec(cell)
+        truth = self.checkpoints.draft(spec, self.head_size(cell))
+        base = EngineShape(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
+        return engine_config(
+            self.checkpoints.target,
+            truth.path,
+            cell.requested_backend,
+            str(SELECTION.value(cell.values, "dtype")),
+            engine_shape(cell, base),
+        )
 
     def _target(self) -> Any:
         """What the loaders read from the target: the embedding and LM head the draft shares.
@@ -295,8 +291,9 @@ class SimulatedSession:
             nn = self.apis.torch.nn
             target = nn.Module()
             target.model = nn.Module()
-            target.model.embed_tokens = nn.Embedding(1024, 256)
-            target.lm_head = nn.Linear(256, 1024, bias=False)
+            shape = self.checkpoints.shape
+            target.model.embed_tokens = nn.Embedding(shape.vocab, shape.hidden)
+            target.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
             self._target_module = target
         return self._target_module
 
@@ -304,5 +301,3 @@ class SimulatedSession:
         if not self._flashinfer_host_ready:
             allow_host_flashinfer_impl()
             self._flashinfer_host_ready = True
-
-
