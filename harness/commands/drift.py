@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 from harness.atomic import write_outputs
-from harness.reports.drift import check_drift, load_backend_table, render_drift_markdown
+from harness.reports.backend_table import load_backend_table
+from harness.reports.drift import check_drift, render_drift_markdown
 from harness.reports.inputs import load_inputs
 from harness.reports.json_text import report_json
 from harness.reports.merge import merge_results

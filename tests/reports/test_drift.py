@@ -9,13 +9,8 @@ import pytest
 
 from harness.cli import main
 from harness.errors import InputError
-from harness.reports.drift import (
-    Feature,
-    capability_matches,
-    check_drift,
-    load_backend_table,
-    parse_backend_table,
-)
+from harness.reports.backend_table import Feature, capability_matches, load_backend_table, parse_backend_table
+from harness.reports.drift import check_drift
 from harness.reports.merge import Row
 
 from .shards import cell, write_shard
