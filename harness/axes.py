@@ -69,6 +69,15 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[object], AxisValue]:
     return check
 
 
+def _choice(
+    name: str, describe: str, choices: tuple[str, ...], default: str, token: Callable[[str], str] = str
+) -> Axis:
+    """An axis of named choices whose default adds no id token (``token`` names the others)."""
+    return Axis(
+        name, describe, _one_of(choices), lambda v: None if v == default else token(str(v)), choices, default=default
+    )
+
+
 def _boolean(value: object) -> AxisValue:
     if not isinstance(value, bool):
         raise AxisValueError(f"{value!r} is not a boolean", ("true", "false"))
@@ -128,24 +137,16 @@ def capability_token(value: AxisValue) -> str:
 AXES: tuple[Axis, ...] = (
     Axis("capability", "simulated or real GPU compute capability", _capability, capability_token),
     Axis("backend", "requested attention backend, or auto", _backend, lambda v: str(v)),
-    Axis(
-        "method",
-        "the draft's architecture and config format: dflash, dflash2 or dspark",
-        _one_of(METHODS),
-        lambda v: None if v == "dflash" else str(v),
-        METHODS,
-        default="dflash",
-    ),
+    _choice("method", "the draft's architecture and config format: dflash, dflash2 or dspark", METHODS, "dflash"),
     Axis("causal", "draft attention is causal", _boolean, lambda v: "causal" if v else "noncausal"),
     Axis("sink", "draft layers carry attention-sink logits", _boolean, lambda v: "sink" if v else "nosink"),
     Axis("sliding_window", "draft sliding window (0 = none)", _window, lambda v: f"swa{v}" if v else None, default=0),
-    Axis(
+    _choice(
         "layers",
         "draft layer layout: uniform, mixed sliding/full, or mixed with per-layer causality",
-        _one_of(LAYER_LAYOUTS),
-        lambda v: None if v == "uniform" else str(v).replace("_", ""),
         LAYER_LAYOUTS,
-        default="uniform",
+        "uniform",
+        lambda v: v.replace("_", ""),
     ),
     Axis(
         "head_size",
@@ -155,21 +156,13 @@ AXES: tuple[Axis, ...] = (
         default=128,
     ),
     Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),
-    Axis(
-        "kv_cache_dtype",
-        "KV-cache dtype",
-        _one_of(KV_CACHE_DTYPES),
-        lambda v: None if v == "auto" else f"kv-{v}",
-        KV_CACHE_DTYPES,
-        default="auto",
-    ),
-    Axis(
+    _choice("kv_cache_dtype", "KV-cache dtype", KV_CACHE_DTYPES, "auto", lambda v: f"kv-{v}"),
+    _choice(
         "draft_kv_cache_dtype",
         "the draft's own KV-cache dtype (speculative_config.kv_cache_dtype); target = unset",
-        _one_of(DRAFT_KV_CACHE_DTYPES),
-        lambda v: None if v == "target" else f"dkv-{v}",
         DRAFT_KV_CACHE_DTYPES,
-        default="target",
+        "target",
+        lambda v: f"dkv-{v}",
     ),
     Axis(
         "target_attention",
@@ -179,21 +172,12 @@ AXES: tuple[Axis, ...] = (
         default=AUTO_BACKEND,
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
-    Axis(
-        "cudagraph",
-        "eager, or capture and replay in a CUDA graph",
-        _one_of(CUDAGRAPH_MODES),
-        lambda v: None if v == "eager" else "graph",
-        CUDAGRAPH_MODES,
-        default="eager",
-    ),
-    Axis(
+    _choice("cudagraph", "eager, or capture and replay in a CUDA graph", CUDAGRAPH_MODES, "eager"),
+    _choice(
         "context",
         "context lengths: short (the lane's own), or long enough for split-KV kernel paths",
-        _one_of(CONTEXTS),
-        lambda v: None if v == "short" else "long",
         CONTEXTS,
-        default="short",
+        "short",
     ),
     Axis(
         "flashinfer_cubin",

@@ -30,37 +30,39 @@ _SEED_HELP = "added to each cell's id-derived seed, to draw other inputs"
 
 @dataclass(frozen=True)
 class CpuOptions:
+    """What a lane that runs the draft's kernels takes (the gpu lanes take more)."""
+
     seed: int = option(0, integer(0), _SEED_HELP)
     context_lens: tuple[int, ...] = option((37, 70, 3), token_counts, _CONTEXT_LENS_HELP)
 
+
+# The draft the cpu and gpu lanes build and run: its backend, family member, attention features,
+# head size and dtypes.
+_DRAFT_AXES = (
+    "backend",
+    "method",
+    "causal",
+    "sink",
+    "sliding_window",
+    "layers",
+    "head_size",
+    "dtype",
+    "kv_cache_dtype",
+    "draft_kv_cache_dtype",
+)
 
 CPU = Contract(
     name="cpu",
     # CpuPlatform has no compute capability, no CUDA graphs and no FlashInfer; the target's
     # attention is no axis here either (CpuPlatform hands CPU_ATTN to every request).
-    axes=(
-        "backend",
-        "method",
-        "causal",
-        "sink",
-        "sliding_window",
-        "layers",
-        "head_size",
-        "dtype",
-        "kv_cache_dtype",
-        "draft_kv_cache_dtype",
-        "loader",
-        "context",
-    ),
+    axes=(*_DRAFT_AXES, "loader", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     options=CpuOptions,
 )
 
 
 @dataclass(frozen=True)
-class GpuOptions:
-    seed: int = option(0, integer(0), _SEED_HELP)
-    context_lens: tuple[int, ...] = option((37, 70, 3), token_counts, _CONTEXT_LENS_HELP)
+class GpuOptions(CpuOptions):
     # 128: a head size every CUDA backend serves (FlashInfer and its TRT-LLM kernels take
     # 64/128/256 only), as real DFlash drafts use.
     head_dim: int = option(128, integer(8), "head size of the target and draft checkpoints")
@@ -75,23 +77,7 @@ class GpuOptions:
 GPU = Contract(
     name="gpu",
     # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
-    axes=(
-        "capability",
-        "backend",
-        "method",
-        "causal",
-        "sink",
-        "sliding_window",
-        "layers",
-        "head_size",
-        "dtype",
-        "kv_cache_dtype",
-        "draft_kv_cache_dtype",
-        "target_attention",
-        "loader",
-        "cudagraph",
-        "context",
-    ),
+    axes=("capability", *_DRAFT_AXES, "target_attention", "loader", "cudagraph", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     options=GpuOptions,
 )
@@ -214,7 +200,5 @@ def _fake_process(cell: Mapping[str, AxisValue]) -> str:
 
 FAKE = Contract(name="fake", options=FakeOptions, key=_fake_process)
 
-CONTRACTS: Mapping[str, Contract] = {
-    contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE)
-}
+CONTRACTS: Mapping[str, Contract] = {contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE)}
 LANES: tuple[str, ...] = tuple(CONTRACTS)
