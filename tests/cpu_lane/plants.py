@@ -54,18 +54,27 @@ def force_causal_metadata(lane: Any) -> None:
     CPUAttentionMetadataBuilder.build = always_causal
 
 
-def scale_off_by_two_percent(lane: Any) -> None:
-    """CPU_ATTN's impl scales the logits 2% too much."""
+def _after_impl_init(adjust: Any) -> None:
+    """CPU_ATTN's impl, with ``adjust(impl)`` applied once it is built."""
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
     init = CPUAttentionBackendImpl.__init__
 
     @functools.wraps(init)
-    def skewed(self: Any, *args: Any, **kwargs: Any) -> None:
+    def adjusted(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        self.scale *= 1.02
+        adjust(self)
 
-    CPUAttentionBackendImpl.__init__ = skewed
+    CPUAttentionBackendImpl.__init__ = adjusted
+
+
+def scale_off_by_two_percent(lane: Any) -> None:
+    """CPU_ATTN's impl scales the logits 2% too much."""
+
+    def skew(impl: Any) -> None:
+        impl.scale *= 1.02
+
+    _after_impl_init(skew)
 
 
 def drop_backend_in_loader(lane: Any) -> None:
@@ -129,17 +138,12 @@ def raise_in_forward(lane: Any) -> None:
 
 def widen_window_by_one(lane: Any) -> None:
     """CPU_ATTN's impl keeps one token more than the layer's sliding window."""
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
-    init = CPUAttentionBackendImpl.__init__
+    def widen(impl: Any) -> None:
+        if impl.sliding_window > 0:
+            impl.sliding_window += 1
 
-    @functools.wraps(init)
-    def wider(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        if self.sliding_window > 0:
-            self.sliding_window += 1
-
-    CPUAttentionBackendImpl.__init__ = wider
+    _after_impl_init(widen)
 
 
 def sink_once_per_kv_split(lane: Any) -> None:

@@ -9,6 +9,7 @@ the harness can be shown to catch the bug the project exists for.
 from __future__ import annotations
 
 import inspect
+from types import ModuleType
 
 from harness.lanes.selection import SelectionLane
 
@@ -24,10 +25,16 @@ def plant(lane: SelectionLane) -> None:
 def _install_prefix_loader() -> None:
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
-    lines = inspect.getsource(loader_module.load_dflash_model).splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() != FIX_LINE]
+    rebuild_without(loader_module, "load_dflash_model", FIX_LINE, "cannot rebuild the pre-fix loader")
+
+
+def rebuild_without(module: ModuleType, function: str, line: str, otherwise: str) -> None:
+    """Replace ``module.function`` with a copy compiled from its installed source without
+    ``line`` (exactly one line, stripped); a release without that line cannot be planted."""
+    lines = inspect.getsource(getattr(module, function)).splitlines(keepends=True)
+    kept = [source for source in lines if source.strip() != line]
     if len(kept) != len(lines) - 1:
-        raise RuntimeError(f"this vLLM's load_dflash_model has no line {FIX_LINE!r}: cannot rebuild the pre-fix loader")
-    namespace = dict(vars(loader_module))
-    exec(compile("".join(kept), loader_module.__file__ or "load_dflash_model", "exec"), namespace)
-    loader_module.load_dflash_model = namespace["load_dflash_model"]
+        raise RuntimeError(f"this vLLM's {function} has no line {line!r}: {otherwise}")
+    namespace = dict(vars(module))
+    exec(compile("".join(kept), module.__file__ or function, "exec"), namespace)
+    setattr(module, function, namespace[function])

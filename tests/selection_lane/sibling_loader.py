@@ -10,9 +10,9 @@ one loader of the family says nothing about its siblings, and the harness must t
 
 from __future__ import annotations
 
-import inspect
-
 from harness.lanes.selection import SelectionLane
+
+from .prefix_loader import rebuild_without
 
 BACKEND_LINE = "backend=draft_attention_backend,"
 
@@ -25,10 +25,4 @@ def plant(lane: SelectionLane) -> None:
 def _install_dspark_loader_without_backend() -> None:
     import vllm.v1.worker.gpu.spec_decode.dspark.utils as loader_module
 
-    lines = inspect.getsource(loader_module.load_dspark_model).splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() != BACKEND_LINE]
-    if len(kept) != len(lines) - 1:
-        raise RuntimeError(f"this vLLM's load_dspark_model has no line {BACKEND_LINE!r}: cannot plant the sibling")
-    namespace = dict(vars(loader_module))
-    exec(compile("".join(kept), loader_module.__file__ or "load_dspark_model", "exec"), namespace)
-    loader_module.load_dspark_model = namespace["load_dspark_model"]
+    rebuild_without(loader_module, "load_dspark_model", BACKEND_LINE, "cannot plant the sibling")
