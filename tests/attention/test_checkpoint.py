@@ -57,3 +57,16 @@ def test_target_and_drafts_differ_only_where_asked(tmp_path):
     wa, wb = load_file(a.path / "model.safetensors"), load_file(b.path / "model.safetensors")
     assert wa.keys() == wb.keys()
     assert all(torch.equal(wa[name], wb[name]) for name in wa)
+
+
+def test_a_config_only_checkpoint_is_the_weighted_one_without_its_weights(tmp_path):
+    """weights=False (the selection lane, load_format="dummy"): the same configs, no tensors,
+    and no sink values to claim as the truth."""
+    spec = DraftSpec(causal=False, sink=True, method="dflash2")
+    weighted = write_draft(tmp_path / "weighted", spec)
+    bare = write_draft(tmp_path / "bare", spec, weights=False)
+    target = write_target(tmp_path / "bare", weights=False)
+    assert (bare.path / "config.json").read_text() == (weighted.path / "config.json").read_text()
+    assert (target / "config.json").read_text() == (write_target(tmp_path / "weighted") / "config.json").read_text()
+    assert not (bare.path / "model.safetensors").exists() and not (target / "model.safetensors").exists()
+    assert weighted.sinks is not None and bare.sinks is None
