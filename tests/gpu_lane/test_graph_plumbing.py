@@ -10,7 +10,8 @@ import torch
 
 from harness.attention.graph import replay_batches
 from harness.errors import InputError
-from harness.lanes import gpu
+from harness.gpu_devices import NoDevice
+from harness.lanes import gpu, gpu_host
 from harness.matrix import expand, load_matrix
 from harness.verdict import Stage
 
@@ -75,7 +76,7 @@ def test_options_are_checked_with_one_line(tmp_path: Path) -> None:
 def test_the_lane_refuses_to_start_without_a_cuda_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
-    with pytest.raises(gpu.NoDevice) as caught:
+    with pytest.raises(NoDevice) as caught:
         gpu.create(load_matrix(_matrix(tmp_path, "")))
     assert caught.value.line().startswith("no CUDA device visible: ")
 
@@ -107,7 +108,7 @@ def test_sticky_errors_retire_the_process(
     poisoned: bool,
     reported_stage: Stage,
 ) -> None:
-    monkeypatch.setattr(gpu, "_cuda_healthy", lambda: healthy)
+    monkeypatch.setattr(gpu_host, "_cuda_healthy", lambda: healthy)
     cell = expand(load_matrix(_matrix(tmp_path, "")))[0]
     aftermath = _lane(tmp_path).assess_failure(cell, stage, RuntimeError(message))
     assert aftermath.stage is reported_stage
@@ -115,7 +116,7 @@ def test_sticky_errors_retire_the_process(
 
 
 def test_a_failed_graph_capture_retires_the_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gpu, "_cuda_healthy", lambda: True)
+    monkeypatch.setattr(gpu_host, "_cuda_healthy", lambda: True)
     cells = expand(load_matrix(_matrix(tmp_path, "")))
     graph = next(c for c in cells if c.get("cudagraph") == "graph")
     eager = next(c for c in cells if c.get("cudagraph") == "eager")
