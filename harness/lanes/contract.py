@@ -113,6 +113,28 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Preload:
+    """What a lane's warm parent (``harness.runner.warm``) imports once, before it forks the
+    lane's cell processes, so that no cell process pays for it again.
+
+    Whatever the warm parent does, every cell process inherits: so only imports, with the
+    runner's environment, and only of modules whose import-time state is the same for every
+    cell process of the lane. The warm parent also checks, for every lane, that its preload
+    left no thread running and CUDA uninitialised (a fork copies neither correctly).
+
+    modules:           imported in the warm parent, in order.
+    platform_resolved: whether importing them may resolve vLLM's platform: only where every
+                       cell process of the lane gets the same platform (never where the
+                       platform is simulated per process key).
+    why:               why importing them there cannot change a verdict.
+    """
+
+    modules: tuple[str, ...] = ()
+    platform_resolved: bool = False
+    why: str = "nothing is imported before the fork"
+
+
+@dataclass(frozen=True)
 class Contract:
     """A lane's contract.
 
@@ -125,6 +147,7 @@ class Contract:
     options:  the frozen dataclass of its ``[options]`` table (fields made with ``option``).
     key:      which cell process a cell needs (``process_key``); cells with another key get
               another process. The default: one process serves every cell.
+    preload:  what the warm parent that forks the lane's cell processes imports first.
     """
 
     name: str
@@ -134,6 +157,7 @@ class Contract:
     limits: Mapping[str, Limit] = field(default_factory=dict)
     options: type = NoOptions
     key: Callable[[Mapping[str, AxisValue]], str] | None = None
+    preload: Preload = Preload()
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from harness.lanes.contract import (
     Contract,
     Limit,
     OptionValueError,
+    Preload,
     backend_name,
     integer,
     option,
@@ -58,6 +59,23 @@ CPU = Contract(
     axes=(*_DRAFT_AXES, "loader", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     options=CpuOptions,
+    preload=Preload(
+        modules=(
+            "torch",
+            "vllm.v1.worker.cpu_model_runner",
+            "harness.attention.checkpoint",
+            "harness.attention.draft",
+            "harness.attention.cell",
+        ),
+        platform_resolved=True,
+        why=(
+            "every cpu cell process gets the same CpuPlatform (no capability, no per-key state), so "
+            "resolving it once is what each process did on its own; the warm parent does not call "
+            "_set_torch_accelerator_to_noop() or torch.cpu._init_amx() (AMX tile permission is asked "
+            "per process), build a group, write a checkpoint or load a model: each cell process does "
+            "that on its first cell, as before"
+        ),
+    ),
 )
 
 
@@ -80,6 +98,14 @@ GPU = Contract(
     axes=("capability", *_DRAFT_AXES, "target_attention", "loader", "cudagraph", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     options=GpuOptions,
+    preload=Preload(
+        modules=("torch", "transformers", "transformers.modeling_utils"),
+        why=(
+            "importing them initialises no CUDA and asks torch for no device (a forked CUDA context is "
+            "unusable, and the device count is cached once asked); vLLM is not imported, so its CUDA "
+            "platform, NVML and the worker's CUDA_VISIBLE_DEVICES are all met in the cell process"
+        ),
+    ),
 )
 
 
@@ -117,6 +143,16 @@ GPU_EMULATED = Contract(
     defaults=GPU.defaults,
     options=GpuEmulatedOptions,
     key=_capability_process,
+    # Not transformers.modeling_utils: it imports Triton, whose kernels must see
+    # TRITON_INTERPRET=1 first (harness.interpreted_kernels sets it in the cell process).
+    preload=Preload(
+        modules=("torch", "transformers"),
+        why=(
+            "vLLM is not imported: the simulated platform must be installed as soon as vllm.platforms "
+            "executes, per capability (as for the selection lane); torch and transformers read no "
+            "variable the simulation sets and ask for no device"
+        ),
+    ),
 )
 
 
@@ -165,6 +201,17 @@ SELECTION = Contract(
     },
     options=SelectionOptions,
     key=_selection_process,
+    preload=Preload(
+        modules=("torch", "transformers", "transformers.modeling_utils"),
+        why=(
+            "vLLM is not imported: harness.simulated_cuda installs the simulated CudaPlatform as soon as "
+            "vllm.platforms executes, before any module binds current_platform, with the process key's "
+            "capability, and the variables vLLM reads at import (CUDA_VISIBLE_DEVICES, "
+            "VLLM_HAS_FLASHINFER_CUBIN, FLASHINFER_CUBINS_REPOSITORY) are set per cell process first; "
+            "so no platform is resolved, no backend selected and no selection helper cached before the "
+            "fork. torch, transformers and Triton read none of those variables and ask for no device"
+        ),
+    ),
 )
 
 FAKE_ACTIONS = (
@@ -198,7 +245,12 @@ def _fake_process(cell: Mapping[str, AxisValue]) -> str:
     return "fake" if capability is None else f"fake-{capability_token(capability)}"
 
 
-FAKE = Contract(name="fake", options=FakeOptions, key=_fake_process)
+FAKE = Contract(
+    name="fake",
+    options=FakeOptions,
+    key=_fake_process,
+    preload=Preload(("harness.lanes.fake",), why="the fake lane imports only the harness core"),
+)
 
 CONTRACTS: Mapping[str, Contract] = {contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE)}
 LANES: tuple[str, ...] = tuple(CONTRACTS)

@@ -32,6 +32,10 @@ from harness.stages import STAGES, Stage
 NO_STAGE = -1
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
+# Set by a warm parent (``harness.runner.warm``) whose preload failed or left a fork hazard,
+# before it forks: each cell process it forks inherits the reason and reports it.
+preload_failure: str | None = None
+
 
 def stage_at(slot_value: int) -> Stage:
     """The stage a shared slot holds; a cell that logged none is still being configured."""
@@ -75,11 +79,13 @@ class _Stages:
 
 def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
     """Child process main loop: create the lane once, then run cells as they arrive."""
-    _die_with_parent(request.parent)
+    die_with_parent(request.parent)
     # Before the lane imports anything: OpenMP and torch read their thread counts at start-up.
     os.environ.update(request.environment)
     stages = _Stages(stage_slot)
     try:
+        if preload_failure is not None:
+            raise RuntimeError(preload_failure)
         matrix = load_matrix(request.matrix_path).with_options(request.options)
         lane = create_lane(matrix)
         for plant in request.plants:
@@ -143,10 +149,11 @@ def _resolve(spec: str) -> Callable[..., Any]:
     return function
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """A runner killed outright (SIGKILL of the pytest process alone, the OOM killer) must not
     leave a hung cell process behind, holding the GPU the next CI job needs. The kernel's
-    parent-death signal works even while the cell hangs in native code holding the GIL."""
+    parent-death signal works even while the cell hangs in native code holding the GIL. A
+    cell process forked by a warm parent dies with it, and the warm parent with the runner."""
     if sys.platform == "linux":
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before the request took effect

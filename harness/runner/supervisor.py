@@ -4,12 +4,16 @@ process key (``harness.lanes.contracts``: the selection lane's simulated capabil
 
 When the child dies the cell is a ``crash`` at the stage it last logged, when it stops
 answering the cell is a ``timeout``; either way the next cell gets a fresh process. Processes
-are created in one place, ``launch``, so another way to start them can slot in there.
+are created in one place, ``launch``: forked by the runner's warm parent
+(``harness.runner.warm``), which imported the lane's preload once, or, with
+``DFLASH_MATRIX_START=spawn``, spawned cold as a fresh interpreter (the benchmarks' baseline,
+and a way out should a warm parent ever be suspected).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -23,12 +27,24 @@ from typing import Any
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner.child import NO_STAGE, ChildRequest, serve, stage_at
+from harness.runner.warm import WarmParent
 from harness.stages import Stage
 
-# Spawn, never fork: the parent may hold threads (xdist's execnet), and a forked
-# copy of a half-initialised CUDA or OpenMP runtime is its own source of crashes.
+# Never a fork of the runner: it may hold threads (xdist's execnet), and a forked copy of a
+# half-initialised CUDA or OpenMP runtime is its own source of crashes. A cell process is a
+# fork of the warm parent (a spawned interpreter that only imported), or itself spawned.
 _CONTEXT = multiprocessing.get_context("spawn")
 STARTUP_TIMEOUT_S = 600.0
+START_VARIABLE = "DFLASH_MATRIX_START"
+START_METHODS = ("warm", "spawn")
+
+
+def start_method() -> str:
+    """How cell processes start: ``warm`` (forked by a warm parent, the default) or ``spawn``."""
+    method = os.environ.get(START_VARIABLE, "warm")
+    if method not in START_METHODS:
+        raise ValueError(f"{START_VARIABLE}={method!r}: not one of {', '.join(START_METHODS)}")
+    return method
 
 
 def thread_environment() -> dict[str, str]:
@@ -43,12 +59,18 @@ def thread_environment() -> dict[str, str]:
     return {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": "1"}
 
 
-def launch(request: ChildRequest, name: str) -> tuple[BaseProcess, Connection, Any]:
+def launch(request: ChildRequest, name: str, warm: WarmParent | None) -> tuple[BaseProcess, Connection, Any]:
     """Start one cell process serving ``request``: the process, the parent's end of its pipe,
-    and the shared slot holding the stage its current cell is in."""
+    and the shared slot holding the stage its current cell is in. Forked by ``warm`` where
+    given (its pid becomes the parent the cell process dies with), else spawned."""
     parent_conn, child_conn = _CONTEXT.Pipe()
     stage_slot = _CONTEXT.Value("i", NO_STAGE, lock=False)
-    process = _CONTEXT.Process(target=serve, args=(child_conn, request, stage_slot), name=name, daemon=True)
+    process: BaseProcess
+    if warm is None:
+        process = _CONTEXT.Process(target=serve, args=(child_conn, request, stage_slot), name=name, daemon=True)
+    else:
+        request = dataclasses.replace(request, parent=warm.start())
+        process = warm.process(serve, (child_conn, request, stage_slot), name)
     process.start()
     child_conn.close()
     return process, parent_conn, stage_slot
@@ -89,6 +111,7 @@ class CellRunner:
         self.options = dict(options or {})
         self.on_environment = on_environment
         self.environment = thread_environment()
+        self._warm = WarmParent(matrix.contract.preload, self.environment) if start_method() == "warm" else None
         self._child: _Child | None = None
         self._broken: dict[str, str] = {}
         self.restarts = 0
@@ -102,7 +125,7 @@ class CellRunner:
             parent=os.getpid(),
             environment=self.environment,
         )
-        process, parent_conn, stage_slot = launch(request, f"dflash-cell-{key}")
+        process, parent_conn, stage_slot = launch(request, f"dflash-cell-{key}", self._warm)
         if not parent_conn.poll(STARTUP_TIMEOUT_S):
             self._kill(process)
             return f"lane did not start within {STARTUP_TIMEOUT_S:.0f} s"
@@ -137,6 +160,8 @@ class CellRunner:
 
     def close(self) -> None:
         self._retire()
+        if self._warm is not None:
+            self._warm.close()
 
     # -- running ---------------------------------------------------------
     def _ready_child(self, key: str) -> _Child | str:

@@ -1,0 +1,152 @@
+"""Cell processes forked by a warm parent (harness.runner.warm): forked there, not by the
+runner; a replaced process comes from the same warm parent; the whole chain dies with a
+runner killed outright; a preload that fails or leaves a fork hazard fails every cell with
+the reason; DFLASH_MATRIX_START=spawn still spawns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.lanes.contract import Preload
+from harness.matrix import expand, load_matrix
+from harness.runner import supervisor
+from harness.runner.supervisor import CellRunner
+from harness.runner.warm import WarmParent, fork_hazard
+
+from .planted import inner_env, matrix_pytest_argv, write_fake_matrix
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _children_of(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if _parent_of(int(entry.name)) == parent:
+                    found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_cells_are_forked_by_one_warm_parent_and_a_replacement_comes_from_it_too(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "warm", ["A_ATTN"], {"A_ATTN-causal-nosink": "segfault"})
+    matrix = load_matrix(path)
+    cells = expand(matrix)
+    runner = CellRunner(matrix)
+    try:
+        first = runner.run(cells[0])
+        warm_parent = _parent_of(first.details["pid"])
+        crashed = runner.run(cells[1])
+        replaced = runner.run(cells[2])
+        assert _parent_of(replaced.details["pid"]) == warm_parent
+    finally:
+        runner.close()
+    assert warm_parent != os.getpid(), "a cell process is the warm parent's child, not the runner's"
+    assert crashed.failure is not None and crashed.failure.error_type == "ProcessDied"
+    assert crashed.failure.message.startswith("cell process killed by SIGSEGV")
+    assert replaced.failure is None and replaced.details["pid"] != first.details["pid"]
+    assert not Path(f"/proc/{warm_parent}").exists() or _parent_of(warm_parent) != os.getpid(), (
+        "close() stops the warm parent"
+    )
+
+
+def test_the_spawn_start_method_still_spawns_from_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(supervisor.START_VARIABLE, "spawn")
+    matrix = load_matrix(write_fake_matrix(tmp_path, "cold", ["A_ATTN"]))
+    runner = CellRunner(matrix)
+    try:
+        result = runner.run(expand(matrix)[0])
+        assert _parent_of(result.details["pid"]) == os.getpid()
+    finally:
+        runner.close()
+    monkeypatch.setenv(supervisor.START_VARIABLE, "cold")
+    with pytest.raises(ValueError, match="DFLASH_MATRIX_START='cold': not one of warm, spawn"):
+        CellRunner(matrix)
+
+
+def test_a_preload_that_fails_fails_every_cell_with_the_reason(tmp_path: Path) -> None:
+    matrix = load_matrix(write_fake_matrix(tmp_path, "unloadable", ["A_ATTN"]))
+    runner = CellRunner(matrix)
+    runner._warm = WarmParent(Preload(("harness.no_such_module",)), runner.environment)
+    try:
+        results = [runner.run(cell) for cell in expand(matrix)[:2]]
+    finally:
+        runner.close()
+    for result in results:
+        assert result.failure is not None and result.failure.error_type == "LaneStartup"
+        assert "the warm parent could not import its preload: ModuleNotFoundError" in result.failure.message
+
+
+def test_a_thread_left_by_the_preload_is_a_fork_hazard() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="left-behind")
+    thread.start()
+    try:
+        assert fork_hazard(Preload()) == "the warm parent's preload started threads a fork cannot copy: left-behind"
+    finally:
+        stop.set()
+        thread.join()
+    assert fork_hazard(Preload()) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; the parent-death signal is Linux's")
+def test_killing_the_runner_alone_takes_the_warm_parent_and_its_hung_cell_with_it(tmp_path: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "orphans", ["A_ATTN"], {"A_ATTN-causal-sink": "hang"}, timeout_s=120)
+    run = subprocess.Popen(
+        matrix_pytest_argv(matrix, tmp_path / "out"),
+        cwd=tmp_path,
+        env=inner_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    chain: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            cells = [cell for parent in _children_of(run.pid) for cell in _children_of(parent)]
+            if cells:
+                chain = [_parent_of(cells[0]), cells[0]]
+                break
+            time.sleep(0.05)
+        assert chain, "the run never forked its cell process"
+        time.sleep(0.5)  # into the hanging cell
+    finally:
+        run.kill()  # the pytest process only, as an OOM kill would
+        run.wait(10)
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in chain) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = [pid for pid in chain if Path(f"/proc/{pid}").exists()]
+    for pid in alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the warm parent or its hung cell outlived the runner that owned them"
+
+
+def test_a_dead_warm_parent_is_started_again_for_the_next_cell(tmp_path: Path) -> None:
+    matrix = load_matrix(write_fake_matrix(tmp_path, "restart", ["A_ATTN"]))
+    cells = expand(matrix)
+    runner = CellRunner(matrix)
+    try:
+        first = runner.run(cells[0])
+        warm_parent = _parent_of(first.details["pid"])
+        os.kill(warm_parent, signal.SIGKILL)  # its idle cell process dies with it
+        time.sleep(0.5)
+        second = runner.run(cells[1])
+        second_parent = _parent_of(second.details["pid"])
+    finally:
+        runner.close()
+    assert second.failure is None, "the next cell is not blamed for a warm parent that died between cells"
+    assert second_parent not in (warm_parent, os.getpid())
