@@ -18,19 +18,26 @@ cpu (issue 8 targets, and issue 3's):
     and planted-fault tests; e2e left out) at ``-n 0`` and ``-n 2``.
   * ``--profile``: one more ``-n 0`` run with cProfile in the cell process, summarised
     by where the time of a warm cell goes.
+  * ``--cold``: the ``-n 0`` and ``-n 2`` runs again with every cell process spawned cold
+    (``DFLASH_MATRIX_START=spawn``, the runner before the warm parent).
+  * ``--startup``: ``benchmarks.startup``: a new and a replaced (planted-crash) process's first
+    cell, spawned against forked by the warm parent, alternating. Target: replaced <= 0.1x of
+    the cold first cell.
 selection (issue 8 and 4):
   * per process key (capability x FlashInfer cubin), the whole pytest process running
     that key's cells at ``-n 0`` against the whole bare process (``benchmarks.bare_selection``)
     making the same selection calls. Target <= 1.5x.
   * the chosen keys as one run at ``-n 2 --dist loadgroup`` (keys spread over the workers)
     against the sum of the bare scripts (issue 4's form of the target).
+  * ``--cold``: that run again with every cell process spawned cold; target (issue 17): the
+    warm run <= 0.5x of it. ``--no-per-key`` leaves out the per-key runs.
 
 The first cell of each cell process pays for vLLM's import and the process's set-up; it
 is reported as start-up and left out of the per-cell medians on both sides.
 Timings on a shared machine are noisy: the load average is recorded beside each run.
 
-    python -m benchmarks.bench_lanes cpu [--cells N] [--workers 2] [--suite] [--profile]
-    python -m benchmarks.bench_lanes selection [--keys sm90-cubin sm100-nocubin] [--workers 2]
+    python -m benchmarks.bench_lanes cpu [--cells N] [--workers 2] [--suite] [--profile] [--cold] [--startup]
+    python -m benchmarks.bench_lanes selection [--keys sm90-cubin sm100-nocubin] [--workers 2] [--cold] [--no-per-key]
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from typing import Any
 
 from benchmarks.stage_timers import DETAILS_KEY, irreducible_s
 from harness.matrix import expand, load_matrix
+from harness.runner.supervisor import START_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU_TARGETS = {"cost_vs_irreducible": 3.0, "harness_vs_bare": 1.25, "speedup_n2": 1.6}
@@ -249,6 +257,11 @@ def bench_cpu(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     parallel = _harness(
         f"harness-n{args.workers}", matrix_path, chosen, work, [*plant, "-n", str(args.workers), "--dist", "loadgroup"]
     )
+    cold = {}
+    if args.cold:
+        # The same two runs with every cell process spawned cold (the runner before the warm parent).
+        for name, extra in (("n0", []), (f"n{args.workers}", ["-n", str(args.workers), "--dist", "loadgroup"])):
+            cold[name] = _harness(f"harness-{name}-spawn", matrix_path, chosen, work, [*plant, *extra], env=SPAWN).run
 
     warm = serial.warm
     cost = [serial.item_s[c["id"]] for c in warm]
@@ -264,6 +277,7 @@ def bench_cpu(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "cost_vs_irreducible_of_medians": _median(cost) / _median(irreducible),
             "harness_vs_bare": _median(cost) / _median([c["wall_s"] for c in bare_warm]),
             "speedup_n2": serial.run.wall_s / parallel.run.wall_s,
+            **({"speedup_n2_spawn": cold["n0"].wall_s / cold[f"n{args.workers}"].wall_s} if cold else {}),
         },
         "targets": CPU_TARGETS,
         "per_cell_s": {
@@ -278,9 +292,11 @@ def bench_cpu(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             "harness_first_cell": [serial.item_s[name] for name in sorted(serial.first)],
             "bare_setup_and_first_cell": bare["setup_s"] + bare["cells"][0]["wall_s"],
         },
-        "runs": {r.name: vars(r) | {"log": str(r.log)} for r in (bare_run, serial.run, parallel.run)},
+        "runs": {r.name: vars(r) | {"log": str(r.log)} for r in (bare_run, serial.run, parallel.run, *cold.values())},
         "problems": serial.problems() + parallel.problems(),
     }
+    if args.startup:
+        result["startup"] = bench_startup(matrix_path, work)
     if args.suite:
         result["suite"] = bench_suite(matrix_path, work, args.workers)
     if args.profile:
@@ -295,6 +311,38 @@ def bench_cpu(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         )
         result["profile"] = summarise_profile(profile, len(profiled.warm))
     return result
+
+
+SPAWN = {START_VARIABLE: "spawn"}
+
+
+def bench_startup(matrix_path: Path, work: Path) -> dict[str, Any]:
+    """Time to a new and a replaced cell process's first cell, spawned vs forked (``startup.py``)."""
+    out = work / "startup.json"
+    command = [sys.executable, "-m", "benchmarks.startup", "--matrix", str(matrix_path), "--out", str(out)]
+    run = _timed("startup", command, work)
+    if run.returncode != 0:
+        raise SystemExit(f"bench: the start-up benchmark failed; see {run.log}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def startup_markdown(startup: dict[str, Any]) -> list[str]:
+    median, ratios = startup["median_s"], startup["ratios_to_cold_first"]
+    lines = [
+        "",
+        "Time to a cell process's first result (median of the rounds; spawn = cold, warm = forked by the "
+        f"warm parent), load average {startup['load']}:",
+        "",
+        "| step | spawn | warm | warm / spawn's first cell | met (<= 0.1x) |",
+        "|---|---|---|---|---|",
+    ]
+    for step in median["warm"]:
+        ratio = ratios[f"warm {step}"]
+        met = _verdict(ratio, 0.1, True) if step in ("replaced", "new key") else ""
+        spawn, warm = median["spawn"][step], median["warm"][step]
+        lines.append(f"| {step} | {spawn:.2f} s | {warm:.2f} s | {ratio:.3f}x | {met} |")
+    return lines
 
 
 SUITE_TESTS = ("tests/attention", "tests/cpu_lane")
@@ -346,6 +394,11 @@ def cpu_markdown(result: dict[str, Any]) -> str:
         f"| {_verdict(r['harness_vs_bare'], t['harness_vs_bare'], True)} |",
         f"| wall -n 0 / wall -n 2 | {r['speedup_n2']:.2f}x | >= {t['speedup_n2']}x "
         f"| {_verdict(r['speedup_n2'], t['speedup_n2'], False)} |",
+        *(
+            [f"| wall -n 0 / wall -n 2, cell processes spawned (before) | {r['speedup_n2_spawn']:.2f}x | | |"]
+            if "speedup_n2_spawn" in r
+            else []
+        ),
         "",
         "| per warm cell (median) | time |",
         "|---|---|",
@@ -375,6 +428,8 @@ def cpu_markdown(result: dict[str, Any]) -> str:
             f"| speedup | {suite['speedup']:.2f}x | target >= {t['speedup_n2']}x: "
             f"{_verdict(suite['speedup'], t['speedup_n2'], False)} | |"
         )
+    if "startup" in result:
+        lines += startup_markdown(result["startup"])
     if "profile" in result:
         profiled = result["profile"]["cells"]
         lines += [
@@ -394,24 +449,9 @@ def cpu_markdown(result: dict[str, Any]) -> str:
 # -- selection ---------------------------------------------------------------------------
 
 
-def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    matrix_path: Path = args.matrix
-    matrix = load_matrix(matrix_path)
-    by_key: dict[str, list[str]] = {}
-    for cell in expand(matrix):
-        by_key.setdefault(matrix.process_key(cell), []).append(cell.id)
-    keys = args.keys or sorted(by_key)
-    unknown = [key for key in keys if key not in by_key]
-    if unknown:
-        valid = ", ".join(sorted(by_key))
-        raise SystemExit(f"bench: {matrix_path}: no cells have process key(s) {', '.join(unknown)} (valid: {valid})")
-    work = out / "selection"
-    work.mkdir(parents=True, exist_ok=True)
-
-    def bare_command(key: str, out: Path) -> list[str]:
-        return [sys.executable, "-m", "benchmarks.bare_selection", "--matrix", str(matrix_path), "--key", key,
-                "--out", str(out)]  # fmt: skip
-
+def per_key_rows(
+    matrix_path: Path, keys: Sequence[str], by_key: dict[str, list[str]], work: Path, bare_command: Any
+) -> list[dict[str, Any]]:
     # Untimed: a fresh env's first vLLM process inspects each model class in a subprocess
     # (seconds) and caches the answer; neither side should be measured paying for that.
     print("selection lane: warm-up", flush=True)
@@ -441,9 +481,33 @@ def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
                 "problems": harness.problems(),
             }
         )
+    return rows
+
+
+def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    matrix_path: Path = args.matrix
+    matrix = load_matrix(matrix_path)
+    by_key: dict[str, list[str]] = {}
+    for cell in expand(matrix):
+        by_key.setdefault(matrix.process_key(cell), []).append(cell.id)
+    keys = args.keys or sorted(by_key)
+    unknown = [key for key in keys if key not in by_key]
+    if unknown:
+        valid = ", ".join(sorted(by_key))
+        raise SystemExit(f"bench: {matrix_path}: no cells have process key(s) {', '.join(unknown)} (valid: {valid})")
+    work = out / "selection"
+    work.mkdir(parents=True, exist_ok=True)
+
+    def bare_command(key: str, out: Path) -> list[str]:
+        return [sys.executable, "-m", "benchmarks.bare_selection", "--matrix", str(matrix_path), "--key", key,
+                "--out", str(out)]  # fmt: skip
+
+    rows = [] if args.no_per_key else per_key_rows(matrix_path, keys, by_key, work, bare_command)
     total_bare = sum(row["bare_wall_s"] for row in rows)
     total_harness = sum(row["harness_wall_s"] for row in rows)
-    result: dict[str, Any] = {"keys": rows, "ratio_total": total_harness / total_bare, "target": SELECTION_TARGET}
+    result: dict[str, Any] = {"keys": rows, "target": SELECTION_TARGET}
+    if rows:
+        result["ratio_total"] = total_harness / total_bare
     if args.workers:
         # Issue 4's form: the chosen keys as one lane run, keys spread over xdist workers.
         cells = [cell for key in keys for cell in by_key[key]]
@@ -453,10 +517,20 @@ def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         result["whole_lane"] = {
             "workers": args.workers,
             "wall_s": whole.run.wall_s,
-            "ratio_to_sum_of_bare": whole.run.wall_s / total_bare,
+            "ratio_to_sum_of_bare": whole.run.wall_s / total_bare if rows else None,
             "load": [whole.run.load_before, whole.run.load_after],
             "problems": whole.problems(),
         }
+        if args.cold:
+            # The same run with every cell process spawned cold: the runner before the warm parent.
+            extra = ["-n", str(args.workers), "--dist", "loadgroup"]
+            cold = _harness(f"harness-n{args.workers}-spawn", matrix_path, cells, work, extra, env=SPAWN)
+            result["whole_lane"] |= {
+                "spawn_wall_s": cold.run.wall_s,
+                "warm_over_spawn": whole.run.wall_s / cold.run.wall_s,
+                "spawn_load": [cold.run.load_before, cold.run.load_after],
+                "spawn_problems": cold.problems(),
+            }
     return result
 
 
@@ -475,16 +549,25 @@ def selection_markdown(result: dict[str, Any]) -> str:
             f"| {_ms(row['bare_cell_median_s'])} / {_ms(row['harness_item_median_s'])} "
             f"| {row['load'][0]} -> {row['load'][1]} |"
         )
-    lines.append(f"| all | | | | {result['ratio_total']:.2f}x | {_verdict(result['ratio_total'], target, True)} | | |")
+    if "ratio_total" in result:
+        total = result["ratio_total"]
+        lines.append(f"| all | | | | {total:.2f}x | {_verdict(total, target, True)} | | |")
     if "whole_lane" in result:
         whole = result["whole_lane"]
         ratio = whole["ratio_to_sum_of_bare"]
+        to_bare = f", {ratio:.2f}x the sum of the bare scripts (<= {target}x: {_verdict(ratio, target, True)})"
         lines += [
             "",
-            f"The same keys as one run with -n {whole['workers']} --dist loadgroup: {whole['wall_s']:.1f} s, "
-            f"{ratio:.2f}x the sum of the bare scripts (<= {target}x: {_verdict(ratio, target, True)}; "
-            f"load {whole['load'][0]} -> {whole['load'][1]}).",
+            f"The same keys as one run with -n {whole['workers']} --dist loadgroup: {whole['wall_s']:.1f} s "
+            f"(load {whole['load'][0]} -> {whole['load'][1]}){to_bare if ratio else ''}.",
         ]
+        if "spawn_wall_s" in whole:
+            over = whole["warm_over_spawn"]
+            lines.append(
+                f"With every cell process spawned cold (before): {whole['spawn_wall_s']:.1f} s (load "
+                f"{whole['spawn_load'][0]} -> {whole['spawn_load'][1]}); warm / spawn {over:.2f}x "
+                f"(<= 0.5x: {_verdict(over, 0.5, True)})."
+            )
     problems = [p for row in result["keys"] for p in row["problems"]] + result.get("whole_lane", {}).get("problems", [])
     if problems:
         lines += ["", f"**{len(problems)} cells did not match their expectation** (timings still listed):"]
@@ -506,12 +589,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     cpu.add_argument("--workers", type=int, default=2, help="xdist workers of the parallel run")
     cpu.add_argument("--profile", action="store_true", help="one more -n 0 run under cProfile, summarised")
     cpu.add_argument("--suite", action="store_true", help="also time the lane's tests with the matrix at -n 0 and -n 2")
+    cpu.add_argument("--cold", action="store_true", help="also run -n 0 and -n 2 with cell processes spawned (before)")
+    cpu.add_argument("--startup", action="store_true", help="time a new and a replaced process's first cell")
     selection = lanes.add_parser("selection", help="selection lane: harness vs bare script per process key")
     selection.add_argument("--matrix", type=Path, default=ROOT / "matrices" / "selection.toml")
     selection.add_argument("--keys", nargs="+", help="process keys to run (default: all), e.g. sm90-cubin")
     selection.add_argument(
         "--workers", type=int, default=2, help="also run the chosen keys as one lane run with this many workers (0: no)"
     )
+    selection.add_argument("--cold", action="store_true", help="also run that lane run with cell processes spawned")
+    selection.add_argument("--no-per-key", action="store_true", help="skip the per-key harness and bare runs")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -63,6 +63,7 @@ CPU = Contract(
         modules=(
             "torch",
             "vllm.v1.worker.cpu_model_runner",
+            "vllm.engine.arg_utils",
             "harness.attention.checkpoint",
             "harness.attention.draft",
             "harness.attention.cell",

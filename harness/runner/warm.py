@@ -34,6 +34,7 @@ core and the lane's preload, never the journal, the expectations or the reports.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import io
 import multiprocessing
@@ -68,6 +69,10 @@ def warm_main(
         child.preload_failure = fork_hazard(preload)
     except BaseException as exc:  # the cells say why; the warm parent still answers them
         child.preload_failure = f"the warm parent could not import its preload: {type(exc).__name__}: {exc}"
+    # What the preload left is shared with every cell process until written to; a collection in
+    # a cell that walked it would touch (and so copy) every page of it. Frozen, it is never walked.
+    gc.collect()
+    gc.freeze()
     forkserver.main(listener.detach(), alive.fileno(), [])
 
 
