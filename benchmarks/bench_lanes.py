@@ -536,12 +536,15 @@ def bench_selection(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 def selection_markdown(result: dict[str, Any]) -> str:
     target = result["target"]
-    lines = [
-        "## selection lane: harness (-n 0, whole pytest process) / bare script, per process key",
-        "",
-        "| key | cells | bare | harness | ratio | met (<= 1.5x) | cell median bare / harness | load |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = ["## selection lane"]
+    if result["keys"]:
+        lines += [
+            "",
+            "Harness (-n 0, whole pytest process) / bare script, per process key:",
+            "",
+            "| key | cells | bare | harness | ratio | met (<= 1.5x) | cell median bare / harness | load |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
     for row in result["keys"]:
         lines.append(
             f"| {row['key']} | {row['cells']} | {row['bare_wall_s']:.1f} s | {row['harness_wall_s']:.1f} s "
@@ -555,11 +558,15 @@ def selection_markdown(result: dict[str, Any]) -> str:
     if "whole_lane" in result:
         whole = result["whole_lane"]
         ratio = whole["ratio_to_sum_of_bare"]
-        to_bare = f", {ratio:.2f}x the sum of the bare scripts (<= {target}x: {_verdict(ratio, target, True)})"
+        to_bare = (
+            f", {ratio:.2f}x the sum of the bare scripts (<= {target}x: {_verdict(ratio, target, True)})"
+            if ratio is not None
+            else ""
+        )
         lines += [
             "",
             f"The same keys as one run with -n {whole['workers']} --dist loadgroup: {whole['wall_s']:.1f} s "
-            f"(load {whole['load'][0]} -> {whole['load'][1]}){to_bare if ratio else ''}.",
+            f"(load {whole['load'][0]} -> {whole['load'][1]}){to_bare}.",
         ]
         if "spawn_wall_s" in whole:
             over = whole["warm_over_spawn"]
@@ -568,7 +575,9 @@ def selection_markdown(result: dict[str, Any]) -> str:
                 f"{whole['spawn_load'][0]} -> {whole['spawn_load'][1]}); warm / spawn {over:.2f}x "
                 f"(<= 0.5x: {_verdict(over, 0.5, True)})."
             )
-    problems = [p for row in result["keys"] for p in row["problems"]] + result.get("whole_lane", {}).get("problems", [])
+    whole_lane = result.get("whole_lane", {})
+    problems = [p for row in result["keys"] for p in row["problems"]]
+    problems += whole_lane.get("problems", []) + whole_lane.get("spawn_problems", [])
     if problems:
         lines += ["", f"**{len(problems)} cells did not match their expectation** (timings still listed):"]
         lines += [f"- {problem}" for problem in problems[:20]]

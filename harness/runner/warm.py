@@ -34,7 +34,6 @@ core and the lane's preload, never the journal, the expectations or the reports.
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import io
 import multiprocessing
@@ -69,10 +68,8 @@ def warm_main(
         child.preload_failure = fork_hazard(preload)
     except BaseException as exc:  # the cells say why; the warm parent still answers them
         child.preload_failure = f"the warm parent could not import its preload: {type(exc).__name__}: {exc}"
-    # What the preload left is shared with every cell process until written to; a collection in
-    # a cell that walked it would touch (and so copy) every page of it. Frozen, it is never walked.
-    gc.collect()
-    gc.freeze()
+    # Nothing is frozen here: a cell process freezes what survived its first cell itself
+    # (child._freeze_process_state), so its first cell runs under the same collector as a spawned one.
     forkserver.main(listener.detach(), alive.fileno(), [])
 
 
