@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +37,68 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class LayerAgreement:
+    """One draft layer of the V2-loaded draft against the same layer of the V1-loaded draft,
+    both fed the same inputs through the same forward: ``impl`` names each side's backend impl."""
+
+    layer: str
+    v2_impl: str
+    v1_impl: str
+    bitwise: bool
+    max_abs_diff: float
+
+    @property
+    def same_kernel(self) -> bool:
+        return self.v2_impl == self.v1_impl
+
+    def disagreement(self, tolerance: float | None) -> str | None:
+        """Why the two loaders' layers disagree: the same kernel on the same inputs must give the
+        same bits; different kernels must agree within the cell's tolerance (NaN never does)."""
+        if self.same_kernel:
+            if self.bitwise:
+                return None
+            return f"{self.layer} ({self.v2_impl} both) not bitwise equal, max diff {self.max_abs_diff:.3g}"
+        if tolerance is not None and self.max_abs_diff <= tolerance:
+            return None
+        return (
+            f"{self.layer} ({self.v2_impl} vs {self.v1_impl}) max diff {self.max_abs_diff:.3g} "
+            f"> tolerance {tolerance if tolerance is None else format(tolerance, '.3g')}"
+        )
+
+
+@dataclass(frozen=True)
+class LoaderDifferential:
+    """The loader differential of a loader-v2 cell (vLLM #49559: a draft that works on Model
+    Runner V1 and not on V2): the draft built again from the same checkpoint by Model Runner
+    V1's loader, its layers fed the same inputs. ``not_comparable``: why there is no V1 draft
+    to compare with (V1's own refusal, or no V1 loader in this release)."""
+
+    layers: tuple[LayerAgreement, ...] = ()
+    not_comparable: str | None = None
+
+    def disagreements(self, tolerance: float | None) -> tuple[str, ...]:
+        return tuple(why for layer in self.layers if (why := layer.disagreement(tolerance)) is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        if self.not_comparable is not None:
+            return {"comparable": False, "reason": self.not_comparable}
+        return {
+            "comparable": True,
+            "layers": [
+                {
+                    "layer": layer.layer,
+                    "v2_impl": layer.v2_impl,
+                    "v1_impl": layer.v1_impl,
+                    "bitwise": layer.bitwise,
+                    # JSON has no NaN: a NaN difference is kept as text, as max_abs_err is.
+                    "max_abs_diff": diff if math.isfinite(diff := layer.max_abs_diff) else str(diff),
+                }
+                for layer in self.layers
+            ],
+        }
+
+
+@dataclass(frozen=True)
 class Observation:
     """Facts only. ``harness.verdict.judge`` turns them into a verdict.
 
@@ -60,6 +123,9 @@ class Observation:
                        holds for every layer.
     lost_settings:     draft-layer settings the draft asked for but the layers do not carry
                        (e.g. speculative_config.kv_cache_dtype): lost in the loader, like a backend.
+    loader_differential: a loader-v2 cell's layer outputs against Model Runner V1's draft of the
+                       same checkpoint; None where no differential was run (not a v2 cell, or the
+                       cell never reached the forward).
     """
 
     requested_backend: str | None
@@ -76,5 +142,6 @@ class Observation:
     claim: Claim | None = None
     layer_choices: tuple[str, ...] = ()
     lost_settings: tuple[str, ...] = ()
+    loader_differential: LoaderDifferential | None = None
     details: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0

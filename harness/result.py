@@ -154,6 +154,8 @@ def _details(observation: Observation) -> dict[str, Any]:
     details = dict(observation.details)
     if observation.retire_process:
         details["process_retired"] = observation.retire_process
+    if observation.loader_differential is not None:
+        details["loader_differential"] = observation.loader_differential.to_json()
     return details
 
 

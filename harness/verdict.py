@@ -18,6 +18,9 @@ class Verdict(StrEnum):
     SUBSTITUTED = "substituted"  # the platform ran another backend than the one requested
     WRONG_BACKEND = "wrong-backend"  # the loader lost the request (the PR #46770 regression)
     MISMATCH = "mismatch"  # numerics beyond tolerance
+    # The loader-v2 draft's layer outputs differ from Model Runner V1's draft of the same
+    # checkpoint on the same inputs (vLLM #49559), even if both are within tolerance of the reference.
+    LOADER_DIFF = "loader-diff"
     CRASH = "crash"  # unexpected exception or process death; stage says where
     TIMEOUT = "timeout"
     UNAVAILABLE = "unavailable"  # backend or API not installed/importable here
@@ -42,7 +45,7 @@ _TIERS: tuple[tuple[Verdict, ...], ...] = (
     (Verdict.PASS,),
     (Verdict.SUBSTITUTED,),
     (Verdict.UNAVAILABLE, Verdict.UNSUPPORTED),
-    (Verdict.WRONG_BACKEND, Verdict.MISMATCH),
+    (Verdict.WRONG_BACKEND, Verdict.MISMATCH, Verdict.LOADER_DIFF),
     (Verdict.TIMEOUT, Verdict.CRASH),
 )
 _RANK = {verdict: tier for tier, members in enumerate(_TIERS) for verdict in members}
@@ -116,6 +119,13 @@ def judge(obs: Observation) -> Judgement:
             Verdict.MISMATCH,
             Stage.COMPARE,
             f"max abs error {obs.max_abs_err:.3g} > tolerance {obs.tolerance:.3g} on {layers}",
+        )
+    differs = obs.loader_differential.disagreements(obs.tolerance) if obs.loader_differential else ()
+    if differs:
+        return Judgement(
+            Verdict.LOADER_DIFF,
+            Stage.COMPARE,
+            f"Model Runner V1's draft of the same checkpoint disagrees on the same inputs: {'; '.join(differs)}",
         )
     if wanted is not None and any(b != wanted for b in obs.observed_backends):
         return Judgement(Verdict.SUBSTITUTED, None, f"requested {wanted}, ran {layers}")

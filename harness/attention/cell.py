@@ -1,6 +1,7 @@
 """One DFlash draft cell, device-agnostic: the cell's VllmConfig, the platform's choice and the
 backend's claim, the real draft loader, the backend every draft attention layer carries, one
-forward pass of each layer through its backend impl, and the fp32 reference.
+forward pass of each layer through its backend impl, and the fp32 reference; a loader-v2 cell
+also builds Model Runner V1's draft of the same checkpoint and compares the two (differential.py).
 
 What differs between devices enters through ``CellSetup``: the device, how a cell's config is
 made, and ``LayerForward`` (eager on the CPU; eager or a replayed CUDA graph on a GPU). The
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from harness.attention.checkpoint import DraftSpec, DraftTruth
+from harness.attention.differential import v1_differential
 from harness.attention.draft import EngineShape
 from harness.attention.paged import Batch, Inputs
 from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
@@ -302,12 +304,15 @@ def observe_cell(
         kv_rounding = kv_reference_dtype(wanted_kv if wanted_kv != "auto" else kv_cache_dtype)
         per_layer = []
         errors = []
+        layer_runs, layer_outputs = [], []
         for index, attn in enumerate(layers):
             runs = [
                 (b, random_inputs(b, shape.heads, shape.kv_heads, shape.head_dim, dtype, setup.seed + index + 7919 * k))
                 for k, b in enumerate(batches)
             ]
             outputs = setup.forward.run(attn, attention_config, runs, draft.causal[index], stages)
+            layer_runs.append(runs)
+            layer_outputs.append(outputs)
             lap(f"forward_{index}")
             stages(Stage.COMPARE)
             # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
@@ -344,6 +349,22 @@ def observe_cell(
     details["layers"] = per_layer
     details["kv_cache_layout"] = config.cache_config.kv_cache_layout
     details["block_size"] = config.cache_config.block_size
+    differential = None
+    if loader == "v2":
+        stages(Stage.BUILD)
+        differential = v1_differential(
+            setup.config(source.target_path, truth.path, requested, dtype_name),
+            target,
+            setup.device,
+            spec.method,
+            lambda v1_config: draft_attention_config(v1_config, truth, requested),
+            setup.forward,
+            layers,
+            layer_runs,
+            layer_outputs,
+            stages,
+        )
+        lap("loader_differential")
     # max() would let a NaN from one layer hide behind a finite error of another.
     worst = next((e for e in errors if math.isnan(e)), max(errors))
-    return dataclasses.replace(base, max_abs_err=worst, tolerance=tolerance)
+    return dataclasses.replace(base, max_abs_err=worst, tolerance=tolerance, loader_differential=differential)

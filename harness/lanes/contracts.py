@@ -223,6 +223,7 @@ FAKE_ACTIONS = (
     "hang",
     "raise",
     "mismatch",
+    "loader-diff",
     "reject",
     "substitute",
     "lose-request",

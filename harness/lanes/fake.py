@@ -7,8 +7,8 @@ every kind of fault and check the harness reports each one exactly::
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
 Actions (``harness.lanes.contracts.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
-hang, raise, mismatch, reject, substitute, lose-request, unavailable, poison (passes, but marks its process as
-untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
+hang, raise, mismatch, loader-diff (V1's draft differs from V2's), reject, substitute, lose-request,
+unavailable, poison (passes, but marks its process as untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
 take that long, so a test can kill a run while it is mid-matrix. ``device = "fake-h100"`` and
 ``vllm_version = "0.33.0"`` are reported in the run's environment as a real lane reports its own. It never stands in
 for a real lane's evidence.
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from harness.lanes.contracts import FAKE, FakeOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
-from harness.observation import Claim, Observation
+from harness.observation import Claim, LayerAgreement, LoaderDifferential, Observation
 from harness.stages import Stage
 
 
@@ -80,6 +80,10 @@ class FakeLane:
             raise RuntimeError("planted failure in forward")
         stage_log(Stage.COMPARE)
         error = 1.0 if action == "mismatch" else 0.0
+        differential = None
+        if action == "loader-diff":
+            layer = LayerAgreement("layers.0", "FakeImpl", "FakeImpl", bitwise=False, max_abs_diff=1e-6)
+            differential = LoaderDifferential((layer,))
         return Observation(
             requested,
             retire_process="planted: poisoned" if action == "poison" else None,
@@ -88,6 +92,7 @@ class FakeLane:
             max_abs_err=error,
             tolerance=cell.tolerance if cell.tolerance is not None else 1e-3,
             claim=Claim(True),
+            loader_differential=differential,
             details=details,
         )
 

@@ -26,6 +26,7 @@ SYMBOLS = {
     Verdict.UNSUPPORTED: "⛔",
     Verdict.WRONG_BACKEND: "🚫",
     Verdict.MISMATCH: "❌",
+    Verdict.LOADER_DIFF: "\u2260",  # not equal: V1's and V2's drafts disagree
     Verdict.TIMEOUT: "⏱️",
     Verdict.CRASH: "💥",
 }

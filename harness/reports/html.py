@@ -18,6 +18,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from harness.reports import loader_differential
 from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
 from harness.reports.matrix_json import conflict_json, junit_conflict_json
 from harness.reports.model import Report
@@ -41,6 +42,7 @@ CELL_FIELDS = (
     "error",
     "duration",
     "conflict",
+    "differential",
 )
 MAX_SECTION_ITEMS = 500
 MAX_TITLE_REASONS = 8
@@ -98,6 +100,7 @@ def cell_data(report: Report) -> dict[str, Any]:
                 table.setdefault(error, len(table)),
                 round(cell.duration_s, 2),
                 1 if row.conflict else 0,
+                table.setdefault(loader_differential.describe(cell) or "", len(table)),
             ]
         )
     return {
@@ -194,5 +197,7 @@ def render_html(report: Report, grids: Sequence[Grid] | None = None, generated: 
         not_run_total=len(report.not_run),
         stale=[str(item) for item in report.stale_expectations][:MAX_SECTION_ITEMS],
         data=cell_data(report),
+        differential=report.loader_differential,
+        differential_line=report.loader_differential.line(),
         incomplete=[item for item in runs if item["incomplete"]],
     )

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Sequence
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
 from harness.errors import InputError
+from harness.reports import loader_differential
 from harness.reports.junit_merge import status
 from harness.reports.model import ForeignSuite, Report, Row, Run
 from harness.result import CellResult
@@ -93,6 +94,9 @@ def cell_details(cell: CellResult) -> str:
         lines.append(f"claim: {claim}" + (f" ({'; '.join(cell.claim.reasons)})" if cell.claim.reasons else ""))
     if cell.claim_gap is not None:
         lines.append(f"claim gap: {cell.claim_gap.value}")
+    differential = loader_differential.describe(cell)
+    if differential is not None:
+        lines.append(f"loader differential: {differential}")
     return "\n".join(lines)
 
 

@@ -90,8 +90,19 @@ def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
         lines += [f"{number}. {text}" for text, number in shown]
         if len(reasons) > MAX_REASONS:
             lines.append(f"\n… {len(reasons) - MAX_REASONS} more reasons: see matrix.html or matrix.json")
+    lines += _md_differential(report)
     lines += _md_attention(report)
     return "\n".join(lines) + "\n"
+
+
+def _md_differential(report: Report) -> list[str]:
+    summary = report.loader_differential
+    if not summary.compared and not summary.not_comparable:
+        return []
+    lines = ["", "## Loader differential (Model Runner V2's draft against V1's, same checkpoint and inputs)", ""]
+    lines.append(md(summary.line()))
+    lines += [f"- {count}x not comparable: {md(reason)}" for reason, count in summary.not_comparable.items()]
+    return lines
 
 
 def _cell_count(report: Report, run: Run, counts: dict[str, int]) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.errors import InputError
 from harness.journal import JournalContents
+from harness.reports.loader_differential import DifferentialSummary, summarize
 from harness.result import CellResult
 from harness.verdict import VERDICT_ORDER, ClaimGap, Outcome
 
@@ -260,6 +261,10 @@ class Report:
         return dict(self._summary)
 
     @cached_property
+    def loader_differential(self) -> DifferentialSummary:
+        return summarize(row.cell for row in self.rows)
+
+    @cached_property
     def _rows_by_run(self) -> dict[str, list[Row]]:
         grouped: dict[str, list[Row]] = {}
         for row in self.rows:
@@ -297,6 +302,7 @@ class Report:
             "conflicts": conflicts,
             "incomplete_runs": len(incomplete),
             "junit_only_runs": sorted(self.junit_only),
+            "loader_differential": self.loader_differential.to_json(),
             # What a CI gate wants in one bit: every planned cell of every run ran to the end of
             # its run, got its expected verdict, once, and every expectation rule decided a cell.
             "ok": mismatching == 0 and not incomplete and not stale and not conflicts,

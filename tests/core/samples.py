@@ -11,7 +11,7 @@ from typing import Any
 from harness.expectations import Expectation
 from harness.journal import JournalWriter
 from harness.matrix import Cell, Matrix, expand, load_matrix
-from harness.observation import Claim, Failure, Observation
+from harness.observation import Claim, Failure, LayerAgreement, LoaderDifferential, Observation
 from harness.result import CellResult, decide
 from harness.verdict import Stage, Verdict
 
@@ -87,6 +87,14 @@ OBSERVATIONS: dict[Verdict, Observation] = {
     Verdict.SUBSTITUTED: ran("FLASH_ATTN", ["CPU_ATTN"]),
     Verdict.WRONG_BACKEND: ran("FLASH_ATTN", ["CPU_ATTN", "CPU_ATTN"], platform_choice="FLASH_ATTN"),
     Verdict.MISMATCH: ran("FLASH_ATTN", max_abs_err=0.5, tolerance=2e-2),
+    Verdict.LOADER_DIFF: ran(
+        "FLASH_ATTN",
+        max_abs_err=1e-3,
+        tolerance=2e-2,
+        loader_differential=LoaderDifferential(
+            (LayerAgreement("model.layers.0.self_attn.attn", "FlashAttentionImpl", "FlashAttentionImpl", False, 4e-3),)
+        ),
+    ),
     Verdict.CRASH: Observation("FLASH_ATTN", failure=Failure(Stage.FORWARD, "RuntimeError", "illegal memory access")),
     Verdict.TIMEOUT: Observation("FLASH_ATTN", timed_out=True),
     Verdict.UNAVAILABLE: Observation("FLASH_ATTN", unavailable="flash_attn is not installed"),

