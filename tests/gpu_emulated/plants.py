@@ -74,3 +74,47 @@ def lose_request_in_loader(lane: Any) -> None:
     from selection_lane.prefix_loader import _install_prefix_loader
 
     _after_start(lane, _install_prefix_loader)
+
+
+def widen_hybrid_sliding_window(lane: Any) -> None:
+    """The DFlash model resolves a hybrid draft's sliding layers with a window one token wider
+    than the config's (``qwen3_dflash._resolve_layer_attention``); uniform drafts, whose layers
+    all follow ``use_swa``, and full layers keep theirs: a bug of one layer kind, in the path only
+    hybrid drafts take."""
+
+    def plant() -> None:
+        from vllm.model_executor.models import qwen3_dflash
+
+        resolve = qwen3_dflash._resolve_layer_attention
+
+        @functools.wraps(resolve)
+        def wider(config: Any, layer_idx: int) -> tuple[int | None, bool]:
+            window, causal = resolve(config, layer_idx)
+            types = getattr(config, "layer_types", None) or ()
+            hybrid = len(set(types)) > 1
+            return (window + 1 if hybrid and window else window), causal
+
+        qwen3_dflash._resolve_layer_attention = wider
+
+    _after_start(lane, plant)
+
+
+def nudge_scale_in_v2_loader(lane: Any) -> None:
+    """Model Runner V2's DFlash loader builds each draft layer with a softmax scale off by
+    2**-16 (relative): inside the reference's tolerance, not the draft V1 builds."""
+
+    def plant() -> None:
+        from vllm.v1.worker.gpu.spec_decode.dflash import utils
+
+        load = utils.load_dflash_model
+
+        @functools.wraps(load)
+        def nudged(*args: Any, **kwargs: Any) -> Any:
+            model = load(*args, **kwargs)
+            for layer in model.model.layers:
+                layer.self_attn.attn.impl.scale *= 1 + 2**-16
+            return model
+
+        utils.load_dflash_model = nudged
+
+    _after_start(lane, plant)

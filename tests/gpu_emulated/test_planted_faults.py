@@ -63,3 +63,45 @@ def test_metadata_frozen_at_capture_is_a_mismatch_exactly_in_graph_cells(tmp_pat
 def test_a_request_lost_in_the_loader_is_wrong_backend_exactly_on_loader_v2(tmp_path: Path) -> None:
     results = planted(plants.lose_request_in_loader, _matrix(tmp_path, '"v2", "v1"', '"eager"'))
     assert_changed_exactly(results, lambda axes: axes["loader"] == "v2", Verdict.WRONG_BACKEND)
+
+
+def _hybrid_matrix(folder: Path) -> Path:
+    """TRITON_ATTN on simulated SM90 with uniform and hybrid drafts, windowed and not."""
+    (folder / "expected.toml").write_text(
+        '[expectations]\ndefault = "pass"\nreason = "TRITON_ATTN serves uniform and hybrid drafts on Model Runner V2"\n'
+    )
+    path = folder / "planted-hybrid.toml"
+    path.write_text(
+        '[matrix]\nname = "planted-hybrid"\nlane = "gpu_emulated"\nexpectations = "expected.toml"\ntimeout_s = 600\n'
+        '[axes]\ncapability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [true, false]\nsink = [true]\n'
+        'sliding_window = [0, 16]\ndtype = ["bfloat16"]\nloader = ["v2"]\ncudagraph = ["eager"]\n'
+        '[cover]\nlayers = ["uniform", "mixed", "mixed_native"]\n'
+        '[[exclude]]\nlayers = ["mixed", "mixed_native"]\nsliding_window = 0\n'
+        '[[exclude]]\nlayers = "mixed_native"\ncausal = false\n'
+        "[tolerance]\nbfloat16 = 2e-2\n"
+        '[options]\ncontext_lens = [9, 40, 3]\nsm_counts = { "9.0" = 132 }\n'
+    )
+    return path
+
+
+def test_a_hybrid_sliding_window_one_token_wider_is_a_mismatch_exactly_in_hybrid_cells(tmp_path: Path) -> None:
+    """Uniform windowed cells keep their window; every hybrid cell's sliding layer is off, and
+    the per-layer comparison names that layer alone."""
+    results = planted(plants.widen_hybrid_sliding_window, _hybrid_matrix(tmp_path))
+    assert {r.axes["layers"] for r in results} == {"uniform", "mixed", "mixed_native"}
+    assert_changed_exactly(results, lambda axes: axes["layers"] != "uniform", Verdict.MISMATCH)
+    for result in results:
+        if result.axes["layers"] != "uniform":
+            sliding, full = result.details["layers"]  # layer types alternate sliding, full
+            tolerance = result.tolerance or 0.0
+            assert sliding["max_abs_err"] > tolerance >= full["max_abs_err"], (result.id, result.details["layers"])
+
+
+def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_exactly_on_loader_v2(tmp_path: Path) -> None:
+    results = planted(plants.nudge_scale_in_v2_loader, _matrix(tmp_path, '"v2", "v1"', '"eager", "graph"'))
+    # v1 graph cells run eagerly, as Model Runner V1 runs draft attention.
+    assert_changed_exactly(results, lambda axes: axes["loader"] == "v2", Verdict.LOADER_DIFF)
+    for result in results:
+        if result.axes["loader"] == "v2":
+            assert result.max_abs_err is not None and result.tolerance is not None
+            assert result.max_abs_err <= result.tolerance and "not bitwise equal" in result.message, result.id
