@@ -7,10 +7,11 @@ every kind of fault and check the harness reports each one exactly::
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
 Actions (``harness.lanes.contracts.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
-hang, raise, mismatch, loader-diff (V1's draft differs from V2's), reject, substitute, lose-request,
-unavailable, poison (passes, but marks its process as untrustworthy, as a sticky CUDA error does). ``sleep_s = 0.3`` makes every forward stage
-take that long, so a test can kill a run while it is mid-matrix. ``device = "fake-h100"`` and
-``vllm_version = "0.33.0"`` are reported in the run's environment as a real lane reports its own. It never stands in
+hang, raise, mismatch, loader-diff (V1's draft differs from V2's), reject, substitute,
+lose-request, unavailable, poison (passes, but marks its process as untrustworthy, as a sticky
+CUDA error does). ``sleep_s = 0.3`` makes every forward stage take that long, so a test can kill
+a run while it is mid-matrix. ``device = "fake-h100"`` and ``vllm_version = "0.33.0"`` are
+reported in the run's environment as a real lane reports its own. It never stands in
 for a real lane's evidence.
 """
 

@@ -100,21 +100,8 @@ def widen_hybrid_sliding_window(lane: Any) -> None:
 
 
 def nudge_scale_in_v2_loader(lane: Any) -> None:
-    """Model Runner V2's DFlash loader builds each draft layer with a softmax scale off by
-    2**-16 (relative): inside the reference's tolerance, not the draft V1 builds."""
+    """The cpu lane's plant (a V2 DFlash loader whose draft is off by a softmax scale of 2**-16),
+    applied once the simulated platform is in place."""
+    from cpu_lane import plants as cpu_plants
 
-    def plant() -> None:
-        from vllm.v1.worker.gpu.spec_decode.dflash import utils
-
-        load = utils.load_dflash_model
-
-        @functools.wraps(load)
-        def nudged(*args: Any, **kwargs: Any) -> Any:
-            model = load(*args, **kwargs)
-            for layer in model.model.layers:
-                layer.self_attn.attn.impl.scale *= 1 + 2**-16
-            return model
-
-        utils.load_dflash_model = nudged
-
-    _after_start(lane, plant)
+    _after_start(lane, lambda: cpu_plants.nudge_scale_in_v2_loader(lane))
