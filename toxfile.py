@@ -9,6 +9,12 @@ what it could never run.
   checks that file as ``load_matrix`` does, lane contract included, before it installs anything:
   a bad axis, option or value is the same one line ``pytest --matrix`` prints, exit status 2,
   instead of the same line after a 3.5-9 GB install.
+- An env that installs vLLM through ``harness/vllm_install.py`` (selection, gpu-emulated, gpu,
+  bench-selection) gets a directory of its own per chosen vLLM: ``.tox/<env>`` for the default
+  release (``[vllm] release`` in tox.ini), ``.tox/<env>-vllm-<version>`` for another release and
+  ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
+  whose deps changed, so without this `DFLASH_VLLM_VERSION=0.24.0 tox -e selection` would wipe
+  the default ~9 GB env and the next plain run would rebuild it, back and forth.
 - `tox -e gpu` refuses at once where no CUDA device is visible. The gpu env installs official
   vLLM (about 9 GB, minutes): a GPU job on a runner without a working driver must go red, fast
   and with one line, never green with everything skipped, and never after a long install. The
@@ -23,14 +29,18 @@ step begins, and tox runs and reports the rest.
 
 from __future__ import annotations
 
+import configparser
 import functools
+import hashlib
 import importlib.util
 import os
 import sys
 from pathlib import Path
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
+from tox.config.loader.memory import MemoryLoader
 from tox.plugin import impl
 from tox.tox_env.errors import Fail
 
@@ -61,6 +71,38 @@ def _uv_environment() -> dict[str, str]:
     for option in untranslated:
         sys.stderr.write(f"toxfile.py: pip's `{option}` setting has no uv variable; it does not apply to tox's envs\n")
     return dict(environment)
+
+
+@functools.cache
+def _default_release() -> str:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(_ROOT / "tox.ini")
+    return parser["vllm"]["release"]
+
+
+def vllm_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
+    """The env-directory suffix for the vLLM the DFLASH_VLLM* variables choose ('' = the default)."""
+    requirement = environ.get("DFLASH_VLLM") or f"vllm=={environ.get('DFLASH_VLLM_VERSION') or default_release}"
+    overrides = environ.get("DFLASH_VLLM_OVERRIDES", "").strip()
+    if requirement == f"vllm=={default_release}" and not overrides:
+        return ""
+    release = requirement.removeprefix("vllm==")
+    if overrides or not release.replace(".", "").isalnum():
+        return "-vllm-" + hashlib.sha256(f"{requirement}\n{overrides}".encode()).hexdigest()[:12]
+    return f"-vllm-{release}"
+
+
+def _place_vllm_env(env_conf: Any, core: Any) -> None:
+    if "install_command" not in env_conf:  # the packaging env (.pkg)
+        return
+    if not any("vllm_install.py" in str(arg) for arg in env_conf["install_command"].args):
+        return
+    suffix = vllm_env_suffix(os.environ, _default_release())
+    if suffix:
+        # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
+        # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
+        env_dir = Path(core["work_dir"]) / f"{env_conf.name}{suffix}"
+        env_conf.loaders.insert(0, MemoryLoader(env_dir=env_dir, env_tmp_dir=env_dir / "tmp", env_log_dir=env_dir / "log"))
 
 
 def _only_env_selected(options: Any, name: str) -> bool:
@@ -118,6 +160,7 @@ def _check(conf: Any, core: Any) -> None:
 
 @impl
 def tox_add_env_config(env_conf: Any, state: Any) -> None:
+    _place_vllm_env(env_conf, state.conf.core)
     env_conf["set_env"].update(_uv_environment(), override=False)
     options = state.conf.options
     listing = getattr(options, "show_config", False) or getattr(options, "list_envs", False)

@@ -60,3 +60,32 @@ def test_a_visible_device_lets_the_install_begin(tmp_path: Path, fake_driver_dir
     # The env's first install is the pip that tox-uv seeds into the venv (vllm_install.py reads
     # vLLM's pins with it); with nothing to find it fails there, after the device check passed.
     assert "gpu: venv> " in done.stdout and "--seed" in done.stdout
+
+
+def _env_dirs(work: Path, **env: str) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("TOX_", "PYTEST_", "VIRTUAL_ENV", "DFLASH_"))}
+    assert TOX is not None
+    done = subprocess.run(
+        [TOX, "-c", str(REPO / "tox.ini"), "--workdir", str(work), "config", "-e", "selection,cpu", "-k", "env_dir"],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    sections = done.stdout.split("[testenv:")[1:]
+    return {s.split("]")[0]: s.split("env_dir = ")[1].split()[0] for s in sections}
+
+
+def test_another_vllm_gets_its_own_env_dir_and_the_default_keeps_its_own(tmp_path: Path) -> None:
+    # tox recreates an env whose deps changed: without this, a 0.24.0 run would wipe the
+    # default release's ~9 GB env and the next plain run would rebuild it.
+    work = tmp_path / "work"
+    assert _env_dirs(work) == {"selection": str(work / "selection"), "cpu": str(work / "cpu")}
+    assert _env_dirs(work, DFLASH_VLLM_VERSION="0.33.0")["selection"] == str(work / "selection")
+    older = _env_dirs(work, DFLASH_VLLM_VERSION="0.24.0")
+    assert older == {"selection": str(work / "selection-vllm-0.24.0"), "cpu": str(work / "cpu")}
+    wheel = _env_dirs(work, DFLASH_VLLM="/wheels/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl")["selection"]
+    overridden = _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="flashinfer-python==0.7.4")
+    assert wheel.startswith(str(work / "selection-vllm-")) and wheel != overridden["selection"]
+    assert overridden["selection"] != str(work / "selection-vllm-0.34.0")
