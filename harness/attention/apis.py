@@ -16,6 +16,13 @@ from typing import Any
 
 from harness.observation import one_line
 
+# Where Model Runner V2's DFlash speculator reads a causal flag for all draft layers when the
+# model has no per-layer ``get_draft_attn_causal()``: vLLM >= 0.26 (``dflash/speculator.py``:
+# ``not dflash_has_any_non_causal(hf_config)``), and vLLM 0.24-0.25, whose speculator knows one
+# flag only (``get_dflash_causal(draft_model_config)``, ``dflash_config.causal``, default False).
+_ANY_NON_CAUSAL = "vllm.model_executor.models.qwen3_dflash.dflash_has_any_non_causal"
+_DRAFT_CAUSAL = "vllm.v1.worker.gpu.spec_decode.dflash.utils.get_dflash_causal"
+
 # What running a draft layer's kernels against the reference needs besides (cpu and gpu lanes).
 _FORWARD = (
     "vllm.model_executor.model_loader.get_model",
@@ -39,6 +46,8 @@ class VllmApis:
     engine_args: Any
     attention_layer_base: Any
     resolve: Any
+    any_non_causal: Any
+    draft_causal: Any
     missing: dict[str, str]
 
     @classmethod
@@ -63,6 +72,8 @@ class VllmApis:
             engine_args=find("vllm.engine.arg_utils", "EngineArgs"),
             attention_layer_base=find("vllm.model_executor.layers.attention_layer_base", "AttentionLayerBase"),
             resolve=find("vllm.utils.import_utils", "resolve_obj_by_qualname"),
+            any_non_causal=find(*_ANY_NON_CAUSAL.rsplit(".", 1)),
+            draft_causal=find(*_DRAFT_CAUSAL.rsplit(".", 1)),
             missing=missing,
         )
         # Import the loaders now, so their imports are frozen with the rest and a missing
@@ -100,12 +111,33 @@ class VllmApis:
             "vllm.distributed.ensure_model_parallel_initialized",
             "vllm.model_executor.layers.attention_layer_base.AttentionLayerBase",
         )
-        own = (
-            ("vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model",)
-            if loader == "v2"
-            else ("vllm.v1.spec_decode.dflash.DFlashProposer",)
-        )
-        return self._missing(common + own)
+        if loader != "v2":
+            return self._missing((*common, "vllm.v1.spec_decode.dflash.DFlashProposer"))
+        missing = self._missing((*common, "vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model"))
+        if missing is None and self.any_non_causal is None and self.draft_causal is None:
+            # Either one will do (a release has one of them); name both.
+            return self._missing((_ANY_NON_CAUSAL, _DRAFT_CAUSAL))
+        return missing
+
+    def v2_draft_causal(self, model: Any, vllm_config: Any) -> tuple[bool, ...]:
+        """Each draft layer's causal flag as this release's Model Runner V2 speculator sets it.
+
+        vLLM >= 0.26 gives every layer its own flag from the model's ``get_draft_attn_causal()``
+        where the model has one, else one flag for all: ``not dflash_has_any_non_causal``.
+        vLLM 0.24-0.25 have neither the method nor that function: their speculator passes
+        ``get_dflash_causal(draft_model_config)`` to every layer, so a mixed draft without
+        ``dflash_config.causal`` runs its sliding layers non-causal there too. That is the
+        release's behaviour, which the lanes then judge, not a gap of the harness.
+        """
+        layers = len(model.model.layers)
+        if hasattr(model, "get_draft_attn_causal"):
+            return tuple(bool(causal) for causal in model.get_draft_attn_causal())
+        draft_model_config = vllm_config.speculative_config.draft_model_config
+        if self.any_non_causal is not None:
+            return (not self.any_non_causal(draft_model_config.hf_config),) * layers
+        if self.draft_causal is not None:
+            return (bool(self.draft_causal(draft_model_config)),) * layers
+        raise ApiUnavailable(self._missing((_ANY_NON_CAUSAL, _DRAFT_CAUSAL)))
 
     def missing_for_forward(self) -> str | None:
         """What running a draft layer's kernels against the reference needs (cpu and gpu lanes)."""

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.attention.apis import vllm_apis
 from harness.attention.checkpoint import DraftTruth
 from harness.observation import Claim
 
@@ -190,8 +191,8 @@ def load_draft(
     """Call the real draft loader. The caller holds ``set_current_vllm_config(vllm_config)``.
 
     v2: the method's Model Runner V2 loader (``load_dflash_model``, the loader PR #46770 fixed,
-        or ``load_dspark_model``); its speculator builds metadata with each layer's
-        ``get_draft_attn_causal()`` flag.
+        or ``load_dspark_model``); its speculator builds metadata with the causal flags
+        ``VllmApis.v2_draft_causal`` reads the way this release does (per layer from 0.26 on).
     v1: ``DFlashProposer.load_model`` (Model Runner V1, ``SpecDecodeBaseProposer._get_model``),
         the path ``vllm.LLM`` takes wherever V2 is unavailable (CPU has no Triton); its
         metadata carries one flag for all layers, ``dflash_causal``. V1 has no proposer for
@@ -199,7 +200,7 @@ def load_draft(
     """
     if loader == "v2":
         model: nn.Module = _v2_loader(method)(target, vllm_config)
-        return LoadedDraft(model, tuple(bool(c) for c in model.get_draft_attn_causal()))
+        return LoadedDraft(model, vllm_apis().v2_draft_causal(model, vllm_config))
     if loader == "v1":
         if method == "dspark":
             raise LoaderUnavailable("Model Runner V1 has no DSpark proposer")

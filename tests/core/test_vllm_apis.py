@@ -1,0 +1,74 @@
+"""How the API layer reads a v2 draft's causal flags in each kind of release, and what it calls a
+release that has no way to tell (unavailable, never a crash). Fake vLLM objects: this checks our
+choice of entry point, the lanes' real runs check the entry points themselves."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from harness.attention.apis import ApiUnavailable, VllmApis
+
+ANY_NON_CAUSAL = "vllm.model_executor.models.qwen3_dflash.dflash_has_any_non_causal"
+DRAFT_CAUSAL = "vllm.v1.worker.gpu.spec_decode.dflash.utils.get_dflash_causal"
+
+
+def _apis(**fields: Any) -> VllmApis:
+    every = {name: object() for name in VllmApis.__dataclass_fields__ if name != "missing"}
+    return VllmApis(**{**every, **fields, "missing": fields.get("missing", {})})
+
+
+def _config(hf_config: Any) -> Any:
+    draft_model_config = SimpleNamespace(hf_config=hf_config)
+    return SimpleNamespace(speculative_config=SimpleNamespace(draft_model_config=draft_model_config))
+
+
+class _Model:
+    def __init__(self, layers: int) -> None:
+        self.model = SimpleNamespace(layers=[None] * layers)
+
+
+class _PerLayerModel(_Model):
+    def get_draft_attn_causal(self) -> list[bool]:
+        return [True, False, True]
+
+
+def test_a_model_with_per_layer_flags_is_read_per_layer() -> None:
+    apis = _apis(any_non_causal=lambda hf: pytest.fail("the model's own flags come first"))
+    assert apis.v2_draft_causal(_PerLayerModel(3), _config("hf")) == (True, False, True)
+
+
+def test_without_the_method_vllm_0_26_on_gives_every_layer_one_flag_from_the_config() -> None:
+    apis = _apis(any_non_causal=lambda hf: hf == "has-non-causal", draft_causal=None)
+    assert apis.v2_draft_causal(_Model(2), _config("has-non-causal")) == (False, False)
+    assert apis.v2_draft_causal(_Model(2), _config("all-causal")) == (True, True)
+
+
+def test_vllm_0_24_reads_dflash_config_causal_for_all_layers() -> None:
+    seen = []
+
+    def get_dflash_causal(draft_model_config: Any) -> bool:
+        seen.append(draft_model_config.hf_config)
+        return True
+
+    apis = _apis(any_non_causal=None, draft_causal=get_dflash_causal, missing={ANY_NON_CAUSAL: "ImportError: x"})
+    assert apis.v2_draft_causal(_Model(3), _config("hf")) == (True, True, True)
+    assert seen == ["hf"]
+    assert apis.missing_for_loader("v2") is None
+
+
+def test_a_release_with_no_causality_source_makes_v2_cells_unavailable() -> None:
+    gaps = {ANY_NON_CAUSAL: "ImportError: gone", DRAFT_CAUSAL: "AttributeError: gone"}
+    apis = _apis(any_non_causal=None, draft_causal=None, missing=gaps)
+    why = apis.missing_for_loader("v2")
+    assert why is not None and ANY_NON_CAUSAL in why and DRAFT_CAUSAL in why
+    assert apis.missing_for_loader("v1") is None
+    with pytest.raises(ApiUnavailable, match="get_dflash_causal"):
+        apis.v2_draft_causal(_Model(1), _config("hf"))
+    # A missing loader is named first: causality is moot without it.
+    loader = "vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model"
+    no_loader = replace(apis, missing={**gaps, loader: "ImportError: no v2"})
+    assert loader in (no_loader.missing_for_loader("v2") or "")
