@@ -34,6 +34,27 @@ class ApiUnavailable(Exception):
     """The backend, or an API the lane needs, does not exist in this vLLM release."""
 
 
+# pydantic error types for an argument, or a value of a fixed choice, that a release's config
+# schema does not have (vLLM 0.24.0: no attention_config.backend_per_kind, no
+# speculative_config.kv_cache_dtype, no "dspark" method), as opposed to a value it refuses.
+_SCHEMA_GAPS = frozenset({"unexpected_keyword_argument", "extra_forbidden", "literal_error"})
+
+
+def config_gap(error: Exception) -> str | None:
+    """Why vLLM's config schema cannot take a cell's engine arguments in this release, when
+    every error pydantic reports is of that kind (None: a real refusal, or no pydantic error)."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return None
+    found = errors()
+    if not found or any(e.get("type") not in _SCHEMA_GAPS for e in found):
+        return None
+    title = getattr(error, "title", "config")
+    fields = dict.fromkeys(".".join(str(part) for part in e.get("loc", ())) for e in found)
+    inputs = dict.fromkeys(repr(e.get("input"))[:80] for e in found)
+    return f"this vLLM release's {title} has no {', '.join(fields)} taking {', '.join(inputs)}"
+
+
 @dataclass
 class VllmApis:
     """The vLLM entry points the lanes use, resolved once; a release without one says so."""

@@ -25,7 +25,7 @@ from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.differential import v1_differential
 from harness.attention.draft import EngineShape
 from harness.attention.paged import Batch, Inputs
-from harness.axes import DRAFT_LAYER_KINDS, TARGET_KIND_PREFIX
+from harness.axes import DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
 from harness.observation import Claim, Observation, one_line
 from harness.stages import Stage, StageLog
@@ -143,8 +143,8 @@ def draft_attention_config(vllm_config: Any, truth: DraftTruth, requested: str |
 #   tiles, where a sink counted per tile would show); it splits one request's KV across threads
 #   only for a 1-token query tile (split_kv_q_token_num_threshold = 1, VLLM_CPU_ATTN_SPLIT_KV=1)
 #   and with more than one OpenMP thread: DFlash's 5-token queries never take that path.
-# 1500 and 600 tokens are several KV tiles for every head size here; 3 keeps one short request.
-LONG_CONTEXT_LENS = (1500, 600, 3)
+# LONG_CONTEXT_LENS (harness.axes): 1500 and 600 tokens are several KV tiles for every head
+# size here; 3 keeps one short request.
 
 
 def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
@@ -203,7 +203,7 @@ def observe_cell(
     from vllm.config import set_current_vllm_config
 
     from harness.attention import draft as vllm_draft
-    from harness.attention.apis import vllm_apis
+    from harness.attention.apis import ApiUnavailable, vllm_apis
     from harness.attention.paged import quantizes_query, random_inputs
     from harness.attention.reference import reference_attention
 
@@ -233,6 +233,8 @@ def observe_cell(
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": timings}
     try:
         config = setup.config(source.target_path, truth.path, requested, dtype_name)
+    except ApiUnavailable as why:
+        return Observation(requested, unavailable=str(why), details=details)
     except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
         return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
     lap("config")

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.attention.apis import vllm_apis
+from harness.attention.apis import ApiUnavailable, config_gap, vllm_apis
 from harness.attention.checkpoint import DraftTruth
 from harness.observation import Claim
 
@@ -69,6 +69,9 @@ def engine_config(
 ) -> Any:
     """The VllmConfig an engine would build for this cell (no engine is started).
 
+    An engine argument this release's config schema lacks (``apis.config_gap``) raises
+    ApiUnavailable: the cell is unavailable there, not refused.
+
     With ``graph_tokens``, FULL decode CUDA graphs captured for that many tokens instead of
     eager mode: metadata builders read the graph mode when they are built and then take their
     graph paths (FlashInfer's CUDA-graph decode wrappers, FlashAttention's scheduler metadata).
@@ -109,7 +112,12 @@ def engine_config(
         kv_cache_dtype=shape.kv_cache_dtype,
         **graphs,
     )
-    config = args.create_engine_config()
+    try:
+        config = args.create_engine_config()
+    except ValueError as error:  # pydantic's ValidationError is one
+        if (gap := config_gap(error)) is not None:
+            raise ApiUnavailable(gap) from None
+        raise
     return config if shape.device is None else on_device(config, shape.device)
 
 

@@ -72,3 +72,32 @@ def test_a_release_with_no_causality_source_makes_v2_cells_unavailable() -> None
     loader = "vllm.v1.worker.gpu.spec_decode.dflash.utils.load_dflash_model"
     no_loader = replace(apis, missing={**gaps, loader: "ImportError: no v2"})
     assert loader in (no_loader.missing_for_loader("v2") or "")
+
+
+class _SchemaError(ValueError):
+    """The shape of pydantic's ValidationError: a title and errors()."""
+
+    def __init__(self, title: str, *errors: dict[str, Any]) -> None:
+        super().__init__(title)
+        self.title, self._errors = title, list(errors)
+
+    def errors(self) -> list[dict[str, Any]]:
+        return self._errors
+
+
+def test_an_argument_the_release_lacks_is_a_config_gap_and_a_refused_value_is_not() -> None:
+    from harness.attention.apis import config_gap
+
+    unknown = _SchemaError(
+        "AttentionConfig", {"type": "unexpected_keyword_argument", "loc": ("backend_per_kind",), "input": {}}
+    )
+    assert config_gap(unknown) == "this vLLM release's AttentionConfig has no backend_per_kind taking {}"
+    method = _SchemaError(
+        "SpeculativeConfig",
+        {"type": "literal_error", "loc": ("method",), "input": "dspark"},
+        {"type": "literal_error", "loc": ("method",), "input": "dspark"},
+    )
+    assert config_gap(method) == "this vLLM release's SpeculativeConfig has no method taking 'dspark'"
+    refused = _SchemaError("SpeculativeConfig", {"type": "value_error", "loc": (), "input": 3})
+    mixed = _SchemaError("X", unknown.errors()[0], refused.errors()[0])
+    assert config_gap(refused) is None and config_gap(mixed) is None and config_gap(ValueError("plain")) is None
