@@ -34,6 +34,8 @@ DRAFT_KV_CACHE_DTYPES = ("target", "auto", "bfloat16", "float16", "fp8", "fp8_e4
 LAYER_LAYOUTS = ("uniform", "mixed", "mixed_native")
 # short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
 CONTEXTS = ("short", "long")
+# The tokens of context per request for context = "long" (why these: harness/attention/cell.py).
+LONG_CONTEXT_LENS = (1500, 600, 3)
 # The target's attention backend per kind, for target_attention = "kind:NAME": the mapping
 # names every KV-cache-group kind a DFlash draft layer can be (vllm KVCacheSpecKind values).
 TARGET_KIND_PREFIX = "kind:"

