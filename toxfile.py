@@ -35,8 +35,8 @@ import hashlib
 import importlib.util
 import os
 import sys
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -102,7 +102,8 @@ def _place_vllm_env(env_conf: Any, core: Any) -> None:
         # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
         # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
         env_dir = Path(core["work_dir"]) / f"{env_conf.name}{suffix}"
-        env_conf.loaders.insert(0, MemoryLoader(env_dir=env_dir, env_tmp_dir=env_dir / "tmp", env_log_dir=env_dir / "log"))
+        dirs = MemoryLoader(env_dir=env_dir, env_tmp_dir=env_dir / "tmp", env_log_dir=env_dir / "log")
+        env_conf.loaders.insert(0, dirs)
 
 
 def _only_env_selected(options: Any, name: str) -> bool:

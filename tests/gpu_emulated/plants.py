@@ -71,9 +71,9 @@ def reallocate_seq_lens(lane: Any) -> None:
 def lose_request_in_loader(lane: Any) -> None:
     """Model Runner V2's DFlash loader as before vLLM PR #46770 (the draft's backend request
     never reaches its layers): the selection lane's plant, on this lane's host."""
-    from selection_lane.prefix_loader import _install_prefix_loader
+    from selection_lane.pre_fix import install_pre_fix_loader
 
-    _after_start(lane, _install_prefix_loader)
+    _after_start(lane, install_pre_fix_loader)
 
 
 def widen_hybrid_sliding_window(lane: Any) -> None:

@@ -1,0 +1,54 @@
+"""The Model Runner V2 DFlash loader as it was before vLLM PR #46770, rebuilt from the installed one.
+
+The fix added one argument to the draft config's ``replace(...)``:
+``backend=speculative_config.attention_backend``. ``install_pre_fix_loader`` compiles a copy
+of the installed ``load_dflash_model`` without that line and puts it where callers find it.
+No harness import here: ``plant_on_import`` also serves processes that are not a lane's (a
+repro script), which must import vLLM only after their own platform set-up.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import inspect
+import sys
+from typing import Any
+
+FIX_LINE = "backend=speculative_config.attention_backend,"
+MODULE = "vllm.v1.worker.gpu.spec_decode.dflash.utils"
+
+
+def install_pre_fix_loader() -> None:
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    lines = inspect.getsource(loader_module.load_dflash_model).splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() != FIX_LINE]
+    if len(kept) != len(lines) - 1:
+        raise RuntimeError(f"this vLLM's load_dflash_model has no line {FIX_LINE!r}: cannot rebuild the pre-fix loader")
+    namespace = dict(vars(loader_module))
+    exec(compile("".join(kept), loader_module.__file__ or "load_dflash_model", "exec"), namespace)
+    loader_module.load_dflash_model = namespace["load_dflash_model"]
+
+
+class _PlantOnImport(importlib.abc.MetaPathFinder):
+    """Installs the pre-fix loader right after the loader module first executes."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.loader is not None
+        exec_module = spec.loader.exec_module
+
+        def exec_and_plant(module: Any) -> None:
+            exec_module(module)
+            install_pre_fix_loader()
+
+        spec.loader.exec_module = exec_and_plant  # type: ignore[method-assign]
+        return spec
+
+
+def plant_on_import() -> None:
+    sys.meta_path.insert(0, _PlantOnImport())
