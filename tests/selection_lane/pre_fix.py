@@ -19,16 +19,21 @@ FIX_LINE = "backend=speculative_config.attention_backend,"
 MODULE = "vllm.v1.worker.gpu.spec_decode.dflash.utils"
 
 
+def rebuild_without(module: Any, function: str, line: str) -> None:
+    """Replace ``module.function`` with a copy of its installed source minus one ``line``."""
+    lines = inspect.getsource(getattr(module, function)).splitlines(keepends=True)
+    kept = [each for each in lines if each.strip() != line]
+    if len(kept) != len(lines) - 1:
+        raise RuntimeError(f"this vLLM's {function} has no line {line!r}: cannot rebuild it without")
+    namespace = dict(vars(module))
+    exec(compile("".join(kept), module.__file__ or function, "exec"), namespace)
+    setattr(module, function, namespace[function])
+
+
 def install_pre_fix_loader() -> None:
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
-    lines = inspect.getsource(loader_module.load_dflash_model).splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() != FIX_LINE]
-    if len(kept) != len(lines) - 1:
-        raise RuntimeError(f"this vLLM's load_dflash_model has no line {FIX_LINE!r}: cannot rebuild the pre-fix loader")
-    namespace = dict(vars(loader_module))
-    exec(compile("".join(kept), loader_module.__file__ or "load_dflash_model", "exec"), namespace)
-    loader_module.load_dflash_model = namespace["load_dflash_model"]
+    rebuild_without(loader_module, "load_dflash_model", FIX_LINE)
 
 
 class _PlantOnImport(importlib.abc.MetaPathFinder):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from harness.lanes.selection import SelectionLane
 
-from .prefix_loader import rebuild_without
+from .pre_fix import rebuild_without
 
 BACKEND_LINE = "backend=draft_attention_backend,"
 
@@ -25,4 +25,4 @@ def plant(lane: SelectionLane) -> None:
 def _install_dspark_loader_without_backend() -> None:
     import vllm.v1.worker.gpu.spec_decode.dspark.utils as loader_module
 
-    rebuild_without(loader_module, "load_dspark_model", BACKEND_LINE, "cannot plant the sibling")
+    rebuild_without(loader_module, "load_dspark_model", BACKEND_LINE)
