@@ -10,13 +10,20 @@ repro script), which must import vLLM only after their own platform set-up.
 from __future__ import annotations
 
 import importlib.abc
+import importlib.metadata
 import importlib.util
 import inspect
 import sys
 from typing import Any
 
+from packaging.version import Version
+
 FIX_LINE = "backend=speculative_config.attention_backend,"
 MODULE = "vllm.v1.worker.gpu.spec_decode.dflash.utils"
+# The installed release, read from its metadata (importing vLLM here would resolve its platform).
+VLLM = Version(importlib.metadata.version("vllm"))
+FIXED_IN = Version("0.25")  # the release PR #46770 landed in
+BEFORE_FIX = VLLM.release < FIXED_IN.release
 
 
 def rebuild_without(module: Any, function: str, line: str) -> None:
