@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.bisection import Signature, Uninstallable
+from harness.vllm_install import OVERRIDES_VARIABLE
 
 HARNESS = Path(__file__).resolve().parent
 COMPLETE = ".dflash-complete"
@@ -70,6 +71,9 @@ class ReleaseEnvs:
     keep: int = 2
     requirement: Callable[[str], str] = "vllm=={}".format  # the pip requirement for a release
     reuse: Mapping[str, Path] = field(default_factory=dict)  # existing envs, never deleted
+    # Dependency overrides per release (DFLASH_VLLM_OVERRIDES' text, e.g. for a release whose pins
+    # the index cannot serve); an overridden release gets an env of its own.
+    overrides: Mapping[str, str] = field(default_factory=dict)
     log: list[dict[str, object]] = field(default_factory=list)
     peak_bytes: int = 0
     _used: list[Path] = field(default_factory=list)  # this run's envs, least recently used first
@@ -77,7 +81,9 @@ class ReleaseEnvs:
     def env_for(self, release: str) -> Path | Uninstallable:
         if release in self.reuse:
             return self.reuse[release]
-        env = self.root / "envs" / f"vllm-{release}"
+        override = self.overrides.get(release, "")
+        suffix = f"-override-{hashlib.sha256(override.encode()).hexdigest()[:8]}" if override else ""
+        env = self.root / "envs" / f"vllm-{slug(release)}{suffix}"
         if (env / COMPLETE).exists():
             self._use(env)
             return env
@@ -94,6 +100,7 @@ class ReleaseEnvs:
             stderr=subprocess.PIPE,
             text=True,
             check=False,
+            env={**os.environ, OVERRIDES_VARIABLE: override} if override else None,
         )
         seconds = round(time.monotonic() - started, 1)
         if done.returncode != 0:
@@ -104,7 +111,8 @@ class ReleaseEnvs:
         size = directory_size(env)
         self.peak_bytes = max(self.peak_bytes, self._envs_size())
         (env / COMPLETE).write_text(json.dumps({"requirement": requirement, "bytes": size}) + "\n")
-        self.log.append({"release": release, "installed": True, "install_s": seconds, "env_bytes": size})
+        entry = {"release": release, "installed": True, "install_s": seconds, "env_bytes": size}
+        self.log.append({**entry, "overrides": override} if override else entry)
         self._use(env)
         return env
 
@@ -135,6 +143,11 @@ class ReleaseEnvs:
         shutil.rmtree(self.root / "envs", ignore_errors=True)
 
 
+def slug(release: str) -> str:
+    """A folder name for a release or pip requirement (a wheel path, a URL)."""
+    return "".join(c if c.isalnum() or c in ".-_" else "_" for c in release)[-80:]
+
+
 def harness_path(root: Path) -> Path:
     """A folder holding only this harness package, for the lane env's PYTHONPATH."""
     shim = root / "harness-path"
@@ -145,27 +158,36 @@ def harness_path(root: Path) -> Path:
     return shim
 
 
-def run_cells(env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path) -> Mapping[str, Signature]:
-    """Run ``cells`` of ``matrix`` in ``env`` and read their verdicts and messages back."""
+def run_lane(
+    env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
+) -> Path | None:
+    """Run ``matrix`` in ``env`` (``dflash-matrix run``); its matrix.json, or None if none was written."""
     shutil.rmtree(report_dir, ignore_errors=True)
     environment = {
         **os.environ,
         "PYTHONPATH": str(harness_path(root)),
         # Each env keeps its own vLLM cache (releases write the same files with other fields),
-        # kept beside the bisect's envs: a reused env is only read, never written.
+        # kept beside the release envs: a reused env is only read, never written.
         "VLLM_CACHE_ROOT": str(root / "vllm-cache" / hashlib.sha256(str(env.resolve()).encode()).hexdigest()[:16]),
     }
-    selection = " or ".join(cells)
     command = [str(env / "bin" / "python"), "-m", "harness.cli", "run", str(matrix), "--report-dir", str(report_dir)]
+    if workers:
+        command += ["-n", str(workers)]
     subprocess.run(
-        [*command, "--", "-q", "-k", selection],
+        [*command, "--", "-q", *pytest_args],
         env=environment,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,
     )
     report = report_dir / "matrix.json"
-    if not report.exists():
+    return report if report.exists() else None
+
+
+def run_cells(env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path) -> Mapping[str, Signature]:
+    """Run ``cells`` of ``matrix`` in ``env`` and read their verdicts and messages back."""
+    report = run_lane(env, matrix, report_dir, root, ["-k", " or ".join(cells)])
+    if report is None:
         return {}
     data = json.loads(report.read_text())
     return {cell["id"]: (str(cell["verdict"]), str(cell.get("message") or "")) for cell in data["cells"]}

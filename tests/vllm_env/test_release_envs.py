@@ -17,6 +17,7 @@ class FakeInstaller:
     def __init__(self, broken: tuple[str, ...] = ()):
         self.broken = broken
         self.installs: list[str] = []
+        self.environments: list[dict[str, str] | None] = []
 
     def create(self, env: Path) -> None:
         (env / "bin").mkdir(parents=True)
@@ -25,8 +26,10 @@ class FakeInstaller:
     def run(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         requirement = command[3]  # python -I vllm_install.py REQUIREMENT ...
         self.installs.append(requirement)
+        self.environments.append(kwargs.get("env"))
         Path(command[0]).parent.parent.joinpath("lib.bin").write_bytes(b"x" * 1000)
-        if requirement in self.broken:
+        overridden = bool((kwargs.get("env") or {}).get("DFLASH_VLLM_OVERRIDES"))
+        if requirement in self.broken and not overridden:  # as 0.34.0: its pins resolve once overridden
             return subprocess.CompletedProcess(command, 1, "", "WARNING: x\nERROR: No matching distribution found\n")
         return subprocess.CompletedProcess(command, 0, "", "")
 
@@ -74,3 +77,16 @@ def test_a_reused_env_is_neither_built_nor_deleted(tmp_path: Path, installer: Fa
     envs.env_for("0.24.0")
     envs.env_for("0.25.0")
     assert installer.installs == ["vllm==0.24.0", "vllm==0.25.0"]
+
+
+def test_an_overridden_release_installs_with_its_pins_in_an_env_of_its_own(
+    tmp_path: Path, installer: FakeInstaller
+) -> None:
+    envs = ReleaseEnvs(tmp_path, keep=3, overrides={"0.34.0": "flashinfer-python==0.7.4"})
+    plain, overridden = envs.env_for("0.33.0"), envs.env_for("0.34.0")
+    assert isinstance(overridden, Path) and overridden.name.startswith("vllm-0.34.0-override-")
+    assert plain == tmp_path / "envs" / "vllm-0.33.0"
+    # Only the overridden release's installer sees DFLASH_VLLM_OVERRIDES; the other inherits ours.
+    assert installer.environments[0] is None
+    assert (installer.environments[1] or {})["DFLASH_VLLM_OVERRIDES"] == "flashinfer-python==0.7.4"
+    assert envs.log[1]["overrides"] == "flashinfer-python==0.7.4"
