@@ -21,6 +21,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("cells", "harness.commands.cells"),
     ("run", "harness.commands.run"),
     ("bisect", "harness.commands.bisect"),
+    ("history", "harness.commands.history"),
     ("repro", "harness.commands.repro"),
     ("report", "harness.commands.report"),
     ("merge", "harness.commands.merge"),

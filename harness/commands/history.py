@@ -1,0 +1,110 @@
+"""Run a lane on every vLLM release of a range and show, per cell, the release where it changed.
+
+    dflash-matrix history selection --old 0.24.0 [--new 0.33.0] [--out history/] [-k EXPR]
+    dflash-matrix history selection --releases 0.24.0 0.25.0 0.33.0 --override 0.34.0=PINS ...
+
+The releases are those the package index offers from --old to --new (asked of pip; --new
+defaults to the newest). Each is installed into a release env of its own (the bisect's
+installer and cache; at most --keep-envs at once, default 1, so disk stays at one vLLM env
+beside the cache), the whole lane runs there (`dflash-matrix run`, -n 2 by default), and
+the env is then free to be deleted for the next. A release that cannot be installed is named
+with its reason and left out. The runs are merged into one report (junit.xml, matrix.json,
+matrix.md, matrix.html, one run per release) and history.md / history.json: a row per cell,
+a column per release, each release where the cell's verdict changed marked. Also written:
+history-run.json (installs, run times, disk). Exit status 0 once the reports are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.bisection import Uninstallable
+from harness.bundled import matrix_path
+from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
+from harness.errors import InputError
+from harness.matrix import load_matrix
+from harness.release_envs import run_lane, slug
+from harness.reports.build import render_reports, write_files
+from harness.reports.history import history_json, history_markdown, release_history
+from harness.reports.inputs import load_inputs
+from harness.reports.merge import collector_paused, merge
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("matrix", metavar="MATRIX", help="matrix file or shipped matrix name (selection, ...)")
+    add_release_arguments(parser, out="history", keep_envs=1, new_required=False)
+    parser.add_argument("-n", "--workers", type=int, default=2, metavar="N", help="pytest-xdist workers (default 2)")
+    parser.add_argument("-k", metavar="EXPR", dest="keyword", help="only the cells pytest's -k EXPR selects")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = matrix_path(args.matrix)
+    if not path.exists():
+        raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix")
+    load_matrix(path)  # bad input stops here, before anything is installed
+    envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
+    releases = chosen_releases(args, "history")
+    out = Path(args.out)
+    pytest_args = ["-k", args.keyword] if args.keyword else []
+    reports: list[Path] = []
+    runs: list[dict[str, object]] = []
+    uninstallable: dict[str, str] = {}
+    started = time.monotonic()
+    try:
+        for release in releases:
+            print(f"history: vLLM {release} ...", file=sys.stderr, flush=True)
+            env = envs.env_for(release)
+            if isinstance(env, Uninstallable):
+                uninstallable[release] = env.reason
+                print(f"history: vLLM {release} cannot be installed: {env.reason}", file=sys.stderr, flush=True)
+                continue
+            begun = time.monotonic()
+            report_dir = out / "releases" / slug(release)
+            report = run_lane(env, path.resolve(), report_dir, envs.root, pytest_args, args.workers)
+            seconds = round(time.monotonic() - begun, 1)
+            runs.append({"release": release, "run_s": seconds, "report": str(report) if report else None})
+            if report is None:
+                print(f"history: vLLM {release}: the lane wrote no report", file=sys.stderr, flush=True)
+                continue
+            print(f"history: vLLM {release} ran in {seconds:.0f} s", file=sys.stderr, flush=True)
+            reports.append(report)
+    finally:
+        if args.clean:
+            envs.clean()
+    wall = round(time.monotonic() - started, 1)
+    for release, reason in uninstallable.items():
+        print(f"not installable: vLLM {release}: {reason}")
+    if not reports:
+        print("history: no release ran; nothing to report", file=sys.stderr)
+        return 1
+    with collector_paused():
+        merged = merge(load_inputs([str(path) for path in reports]))
+        files = render_reports(merged)
+        histories = release_history(merged)
+    notes = [f"vLLM {release} could not be installed: {reason}" for release, reason in uninstallable.items()]
+    files["history.md"] = history_markdown(histories, notes).encode("utf-8")
+    document = history_json(histories, {"uninstallable": uninstallable})
+    files["history.json"] = (json.dumps(document, indent=2) + "\n").encode()
+    document = {
+        "matrix": str(path),
+        "releases": list(releases),
+        "uninstallable": uninstallable,
+        "installs": envs.log,
+        "runs": runs,
+        "wall_s": wall,
+        "peak_env_bytes": envs.peak_bytes,
+    }
+    files["history-run.json"] = (json.dumps(document, indent=2) + "\n").encode()
+    written = write_files(files, out)
+    for history in histories:
+        per_release = ", ".join(f"{release} {count}" for release, count in history.changes_per_release().items())
+        print(
+            f"{history.slot}: {len(history.cells)} cells over {len(history.releases)} releases, "
+            f"{len(history.changed)} changed verdict (per release: {per_release or 'none'})"
+        )
+    print(f"history: {len(reports)} releases in {wall:.0f} s; wrote {written['history.md']}")
+    return 0

@@ -1,0 +1,201 @@
+"""The release-history view: one row per cell, one column per vLLM release, each change marked.
+
+Built from a merged ``Report`` whose runs are one lane on one machine under several vLLM
+releases (``dflash-matrix history`` runs them). Runs are grouped by their slot (lane,
+platform, device) and ordered by release (PEP 440), so a merge of any runs gives one history
+per slot. A cell *changed* in a release when its verdict differs from the one it had in the
+nearest earlier release that ran it; a change of message alone (same verdict, other reason)
+is marked apart, since a message may carry a release's own wording. A release that did not
+run a cell shows it as not run and is stepped over, never read as a change.
+
+Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from harness.reports.device_grid import SYMBOLS
+from harness.reports.markdown import md
+from harness.reports.model import Report, Run
+from harness.verdict import VERDICT_ORDER, Verdict
+
+CHANGED = "▶"  # the verdict differs from the previous release's
+REWORDED = "≈"  # same verdict, another message
+NOT_RUN = "·"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One cell in one release."""
+
+    release: str
+    verdict: Verdict | None  # None: this release did not run the cell
+    message: str = ""
+    changed: bool = False  # the verdict differs from the previous release that ran the cell
+    reworded: bool = False  # same verdict as that release, another message
+
+
+@dataclass(frozen=True)
+class CellHistory:
+    cell: str
+    steps: tuple[Step, ...]
+
+    @property
+    def changed_in(self) -> tuple[str, ...]:
+        return tuple(step.release for step in self.steps if step.changed)
+
+    @property
+    def reworded_in(self) -> tuple[str, ...]:
+        return tuple(step.release for step in self.steps if step.reworded)
+
+
+@dataclass(frozen=True)
+class SlotHistory:
+    """One lane on one machine across releases."""
+
+    slot: str
+    releases: tuple[str, ...]  # column labels, oldest first
+    runs: tuple[Run, ...]  # the run behind each column
+    cells: tuple[CellHistory, ...]  # in the oldest run's plan order, then cells first seen later
+
+    @property
+    def changed(self) -> tuple[CellHistory, ...]:
+        return tuple(cell for cell in self.cells if cell.changed_in)
+
+    def changes_per_release(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.releases[1:], 0)
+        for cell in self.cells:
+            for release in cell.changed_in:
+                counts[release] += 1
+        return counts
+
+
+def _release_order(run: Run) -> tuple[int, Version | str, str]:
+    try:
+        return (0, Version(run.vllm_version), run.torch_version)
+    except InvalidVersion:  # a dev build or "unknown": after the releases, by name
+        return (1, run.vllm_version, run.torch_version)
+
+
+def _labels(runs: Sequence[Run]) -> tuple[str, ...]:
+    """The vLLM version, with the torch build where one version ran under two."""
+    versions = [run.vllm_version for run in runs]
+    return tuple(
+        f"{run.vllm_version} (torch {run.torch_version})" if versions.count(run.vllm_version) > 1 else run.vllm_version
+        for run in runs
+    )
+
+
+def release_history(report: Report) -> tuple[SlotHistory, ...]:
+    slots: dict[str, list[Run]] = {}
+    for run in report.runs:
+        if run.key not in report.junit_only:
+            slots.setdefault(run.slot, []).append(run)
+    histories = []
+    for slot, runs in slots.items():
+        ordered = sorted(runs, key=_release_order)
+        labels = _labels(ordered)
+        by_run = [{row.cell.id: row.cell for row in report.rows_of(run.key)} for run in ordered]
+        order = list(dict.fromkeys(ident for cells in by_run for ident in cells))
+        cells = []
+        for ident in order:
+            steps = []
+            last: tuple[Verdict, str] | None = None
+            for label, cells_of_run in zip(labels, by_run, strict=True):
+                found = cells_of_run.get(ident)
+                if found is None:
+                    steps.append(Step(label, None))
+                    continue
+                now = (found.verdict, found.message)
+                changed = last is not None and now[0] != last[0]
+                reworded = last is not None and not changed and now[1] != last[1]
+                steps.append(Step(label, found.verdict, found.message, changed, reworded))
+                last = now
+            cells.append(CellHistory(ident, tuple(steps)))
+        histories.append(SlotHistory(slot, labels, tuple(ordered), tuple(cells)))
+    return tuple(histories)
+
+
+def history_json(histories: Sequence[SlotHistory], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        **(extra or {}),
+        "slots": [
+            {
+                "slot": history.slot,
+                "releases": list(history.releases),
+                "runs": [run.key for run in history.runs],
+                "changes_per_release": history.changes_per_release(),
+                "cells": [
+                    {
+                        "id": cell.cell,
+                        "changed_in": list(cell.changed_in),
+                        "reworded_in": list(cell.reworded_in),
+                        "verdicts": [step.verdict.value if step.verdict else None for step in cell.steps],
+                        "messages": [step.message for step in cell.steps],
+                    }
+                    for cell in history.cells
+                ],
+            }
+            for history in histories
+        ],
+    }
+
+
+def _entry(step: Step) -> str:
+    if step.verdict is None:
+        return NOT_RUN
+    text = f"{SYMBOLS[step.verdict]} {step.verdict.value}"
+    if step.changed:
+        return f"**{CHANGED} {text}**"
+    return f"{REWORDED} {text}" if step.reworded else text
+
+
+def _table(history: SlotHistory, cells: Sequence[CellHistory]) -> list[str]:
+    header = ["cell", *history.releases, "changed in"]
+    lines = ["| " + " | ".join(md(text) for text in header) + " |", "|" + "---|" * len(header)]
+    for cell in cells:
+        marks = ", ".join(cell.changed_in) or "-"
+        row = [md(cell.cell), *(_entry(step) for step in cell.steps), md(marks)]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()) -> str:
+    lines = ["# Release history", ""]
+    lines += [f"- {md(note)}" for note in notes]
+    lines += [
+        f"- {CHANGED} bold: the verdict changed in that release (against the previous release that ran the cell);"
+        f" {REWORDED}: same verdict, another message; {NOT_RUN}: not run in that release.",
+        "",
+    ]
+    for history in histories:
+        changed = history.changed
+        lines += [f"## {md(history.slot)}", ""]
+        lines.append(
+            f"{len(history.cells)} cells over {len(history.releases)} releases "
+            f"({', '.join(history.releases)}); {len(changed)} changed verdict at least once."
+        )
+        lines.append("")
+        per_release = history.changes_per_release()
+        if per_release:
+            lines += ["| release | " + " | ".join(per_release) + " |", "|" + "---|" * (len(per_release) + 1)]
+            lines += ["| cells changed | " + " | ".join(str(n) for n in per_release.values()) + " |", ""]
+        lines += [f"### Changed ({len(changed)})", ""]
+        lines += [*_table(history, changed), ""] if changed else ["No cell changed verdict.", ""]
+        steady = [cell for cell in history.cells if not cell.changed_in]
+        lines += [f"### Unchanged ({len(steady)})", ""]
+        if steady:
+            counts = {verdict: 0 for verdict in VERDICT_ORDER}
+            for cell in steady:
+                first = next(step.verdict for step in cell.steps if step.verdict is not None)
+                counts[first] += 1
+            lines.append(
+                "By verdict: " + ", ".join(f"{verdict.value} {n}" for verdict, n in counts.items() if n) + "."
+            )
+            lines += ["", *_table(history, steady), ""]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,161 @@
+"""The release-history view and `dflash-matrix history`, with report directories written by the
+same code a live run uses and a fake installer (no vLLM): a column per release in version order,
+a change marked in the release it happened, a release that did not run a cell stepped over, an
+uninstallable release named, and bad input refused before anything is installed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import cli
+from harness.bisection import Uninstallable
+from harness.commands import history as history_command
+from harness.release_envs import ReleaseEnvs
+from harness.reports.history import CHANGED, release_history
+from harness.reports.inputs import load_inputs
+from harness.reports.merge import merge
+from harness.result import CellResult
+from harness.verdict import Verdict
+
+from .shards import DEFAULT_ENV, cell, write_shard
+
+SINK: dict[str, Any] = {"backend": "TRITON_ATTN", "sink": True}
+WRONG = "requested TRITON_ATTN: draft layers carry FLASH_ATTN"
+
+
+def shard(tmp: Path, release: str, cells: list[CellResult]) -> Path:
+    env = {**DEFAULT_ENV, "vllm_version": release, "device": "simulated sm90"}
+    return write_shard(tmp / release, cells, env=env) / "matrix.json"
+
+
+def histories(tmp: Path, per_release: dict[str, list[CellResult]]) -> Any:
+    # Written in an order other than the releases' own: the view sorts by version, not input.
+    paths = [shard(tmp, release, cells) for release, cells in reversed(per_release.items())]
+    return release_history(merge(load_inputs([str(p) for p in paths])))
+
+
+def test_a_change_is_marked_in_the_release_it_happened(tmp_path: Path) -> None:
+    [history] = histories(
+        tmp_path,
+        {
+            "0.24.0": [cell(**SINK, verdict="wrong-backend", message=WRONG), cell("FLASH_ATTN")],
+            "0.25.0": [cell(**SINK), cell("FLASH_ATTN")],
+            "0.9.0": [cell(**SINK, verdict="wrong-backend", message=WRONG), cell("FLASH_ATTN")],
+            "0.33.0": [cell(**SINK), cell("FLASH_ATTN", verdict="crash", message="boom")],
+        },
+    )
+    assert history.releases == ("0.9.0", "0.24.0", "0.25.0", "0.33.0")  # PEP 440 order, not text order
+    by_id = {item.cell: item for item in history.cells}
+    sink, flash = by_id[cell(**SINK).id], by_id[cell("FLASH_ATTN").id]
+    assert sink.changed_in == ("0.25.0",)
+    assert [step.verdict for step in sink.steps] == [Verdict.WRONG_BACKEND] * 2 + [Verdict.PASS] * 2
+    assert flash.changed_in == ("0.33.0",)
+    assert history.changes_per_release() == {"0.24.0": 0, "0.25.0": 1, "0.33.0": 1}
+
+
+def test_a_release_that_did_not_run_a_cell_is_stepped_over_and_a_new_message_is_not_a_change(
+    tmp_path: Path,
+) -> None:
+    [history] = histories(
+        tmp_path,
+        {
+            "0.24.0": [cell(**SINK, verdict="crash", message="old words"), cell("FLASH_ATTN")],
+            "0.25.0": [cell("FLASH_ATTN")],
+            "0.26.0": [cell(**SINK, verdict="crash", message="new words"), cell("FLASH_ATTN")],
+        },
+    )
+    sink = next(item for item in history.cells if item.cell == cell(**SINK).id)
+    assert [step.verdict for step in sink.steps] == [Verdict.CRASH, None, Verdict.CRASH]
+    assert sink.changed_in == ()
+    assert sink.reworded_in == ("0.26.0",)
+
+
+class FakeEnvs(ReleaseEnvs):
+    """Every release 'installs' as this interpreter's prefix, except the broken ones."""
+
+    broken: Sequence[str] = ("0.34.0",)
+
+    def env_for(self, release: str) -> Path | Uninstallable:
+        if release in self.broken:
+            reason = "flashinfer-python==0.7.3 is not on the index"
+            self.log.append({"release": release, "installed": False, "reason": reason})
+            return Uninstallable(release, reason)
+        self.log.append({"release": release, "installed": True})
+        return Path(sys.prefix)
+
+
+def test_the_command_merges_every_release_and_names_the_one_it_could_not_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    verdicts = {"0.24.0": "wrong-backend", "0.25.0": "pass", "0.33.0": "pass"}
+    ran: list[tuple[str, Sequence[str], int]] = []
+
+    def fake_run_lane(
+        env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
+    ) -> Path:
+        release = report_dir.name
+        ran.append((release, tuple(pytest_args), workers))
+        return shard(tmp_path / "lane", release, [cell(**SINK, verdict=verdicts[release])])
+
+    monkeypatch.setattr(history_command, "run_lane", fake_run_lane)
+    monkeypatch.setattr(history_command, "release_envs", lambda args, sub: FakeEnvs(tmp_path / "cache"))
+    monkeypatch.setattr(
+        "harness.commands.release_range.offered_releases", lambda: ("0.34.0", "0.33.0", "0.25.0", "0.24.0", "0.23.0")
+    )
+    out = tmp_path / "history"
+    status = cli.main(["history", "selection", "--old", "0.24.0", "--out", str(out), "-k", "sm90"])
+    printed = capsys.readouterr().out
+    assert status == 0
+    # --new defaults to the newest release; each installable one ran the lane with the pytest args.
+    assert ran == [(release, ("-k", "sm90"), 2) for release in ("0.24.0", "0.25.0", "0.33.0")]
+    assert "not installable: vLLM 0.34.0: flashinfer-python==0.7.3 is not on the index" in printed
+    assert "1 changed verdict (per release: 0.25.0 1, 0.33.0 0)" in printed
+    document = json.loads((out / "history.json").read_text())
+    [slot] = document["slots"]
+    assert slot["releases"] == ["0.24.0", "0.25.0", "0.33.0"]
+    assert slot["cells"][0]["changed_in"] == ["0.25.0"]
+    assert document["uninstallable"] == {"0.34.0": "flashinfer-python==0.7.3 is not on the index"}
+    markdown = (out / "history.md").read_text()
+    assert f"**{CHANGED} ✅ pass**" in markdown
+    assert "vLLM 0.34.0 could not be installed" in markdown
+    merged = json.loads((out / "matrix.json").read_text())
+    assert len(merged["runs"]) == 3 and len(merged["cells"]) == 3
+    run_record = json.loads((out / "history-run.json").read_text())
+    assert [item["release"] for item in run_record["installs"]] == ["0.24.0", "0.25.0", "0.33.0", "0.34.0"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "complaint"),
+    [
+        (["--old", "0.33.0", "--new", "0.24.0"], "0.33.0 is not older than --new 0.24.0"),
+        (["--old", "banana"], "'banana' is not a vLLM version"),
+        (["--new", "0.33.0"], "--old is needed"),
+        (["--old", "0.24.0", "--override", "0.34.0=flashinfer-python>=0.7"], "is not an exact pin"),
+        (["--old", "0.24.0", "--override", "flashinfer-python==0.7.4"], "is not RELEASE=PINS"),
+        (["--old", "0.24.0", "--reuse-env", "0.33.0=/nonexistent"], "is not RELEASE=PATH of a venv"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_anything_is_installed(
+    arguments: list[str],
+    complaint: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def no_install(*args: object, **kwargs: object) -> None:
+        raise AssertionError("nothing may be installed or run on bad input")
+
+    monkeypatch.setattr(ReleaseEnvs, "env_for", no_install)
+    monkeypatch.setattr(history_command, "run_lane", no_install)
+    monkeypatch.setattr("harness.commands.release_range.offered_releases", lambda: ("0.33.0", "0.24.0"))
+    status = cli.main(["history", "selection", "--out", str(tmp_path / "out"), "--cache", str(tmp_path), *arguments])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert len(err) == 1 and complaint in err[0]
+    assert not (tmp_path / "out").exists()
