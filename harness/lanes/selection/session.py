@@ -102,9 +102,17 @@ class SimulatedSession:
             details["target_backend"] = self.options.target_backend
         if self.not_in_matrix:
             details["backends_not_in_matrix"] = list(self.not_in_matrix)
+        # A loader this release lacks (Model Runner V1's proposers are gone in 0.34.0) makes the
+        # whole cell one that cannot exist here, whatever the platform would answer: unavailable
+        # before the platform is asked, as in the cpu and gpu lanes (missing_for_draft_cell). The
+        # platform's answer to the same request is the other loader's cell.
         missing_api = self.apis.missing_for_selection()
         if missing_api:
             return Observation(requested_backend=requested, unavailable=missing_api, details=details)
+        missing_loader = self.apis.missing_for_loader(loader)
+        if missing_loader:
+            details["draft"] = f"not built: {missing_loader}"
+            return Observation(requested_backend=requested, unavailable=missing_loader, details=details)
 
         stage_log(Stage.SELECT)
         try:
@@ -119,15 +127,6 @@ class SimulatedSession:
 
         # Every fact from here on shares the request, its claim and the details gathered so far.
         seen = functools.partial(Observation, requested_backend=requested, claim=selection.claim, details=details)
-        missing_loader = self.apis.missing_for_loader(loader)
-        if missing_loader:
-            details["draft"] = f"not built: {missing_loader}"
-            return seen(
-                platform_choice=platform_choice,
-                rejection=rejection,
-                unavailable=None if rejection else missing_loader,
-            )
-
         stage_log(Stage.BUILD)
         try:
             layers = self.build_draft(cell, loader)
