@@ -149,12 +149,18 @@ def slug(release: str) -> str:
 
 
 def harness_path(root: Path) -> Path:
-    """A folder holding only this harness package, for the lane env's PYTHONPATH."""
-    shim = root / "harness-path"
+    """A folder holding only this harness package, for the lane env's PYTHONPATH.
+
+    One per checkout (keyed by its path): the cache outlives checkouts, and a link left by
+    another one, or dangling since it was deleted, must never make a lane run other code."""
+    shim = root / "harness-path" / hashlib.sha256(str(HARNESS).encode()).hexdigest()[:12]
     link = shim / "harness"
-    if not link.exists():
+    if not (link.is_symlink() and os.readlink(link) == str(HARNESS)):
         shim.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(HARNESS, target_is_directory=True)
+        staged = shim / f".harness-{os.getpid()}"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(HARNESS, target_is_directory=True)
+        staged.replace(link)  # atomic: a concurrent run sees the old link or the new one
     return shim
 
 

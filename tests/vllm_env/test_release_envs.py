@@ -90,3 +90,17 @@ def test_an_overridden_release_installs_with_its_pins_in_an_env_of_its_own(
     assert installer.environments[0] is None
     assert (installer.environments[1] or {})["DFLASH_VLLM_OVERRIDES"] == "flashinfer-python==0.7.4"
     assert envs.log[1]["overrides"] == "flashinfer-python==0.7.4"
+
+
+def test_the_harness_path_is_this_checkout_even_over_a_stale_or_dangling_link(tmp_path: Path) -> None:
+    shim = release_envs.harness_path(tmp_path)
+    link = shim / "harness"
+    assert link.resolve() == release_envs.HARNESS
+    link.unlink()
+    link.symlink_to(tmp_path / "a-deleted-checkout" / "harness", target_is_directory=True)  # dangling
+    assert release_envs.harness_path(tmp_path) == shim and link.resolve() == release_envs.HARNESS
+    other = tmp_path / "another-checkout" / "harness"
+    other.mkdir(parents=True)
+    link.unlink()
+    link.symlink_to(other, target_is_directory=True)  # another checkout's harness
+    assert release_envs.harness_path(tmp_path) == shim and link.resolve() == release_envs.HARNESS
