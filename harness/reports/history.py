@@ -13,6 +13,7 @@ Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.reports.device_grid import SYMBOLS
-from harness.reports.markdown import md
+from harness.reports.markdown import MAX_LISTED, md
 from harness.reports.model import Report, Run
 from harness.verdict import VERDICT_ORDER, Verdict
 
@@ -165,6 +166,24 @@ def _table(history: SlotHistory, cells: Sequence[CellHistory]) -> list[str]:
     return lines
 
 
+def _said(step: Step) -> str:
+    verdict = step.verdict.value if step.verdict else "not run"
+    return f"{verdict} ({step.message})" if step.message else verdict
+
+
+def _transitions(cells: Sequence[CellHistory]) -> list[str]:
+    """Each change in words, with both messages: what a bisect line says, per change."""
+    lines = []
+    for cell in cells:
+        ran = [step for step in cell.steps if step.verdict is not None]
+        for before, after in itertools.pairwise(ran):
+            if after.changed:
+                lines.append(f"- {md(cell.cell)}: in {md(after.release)}: {md(_said(before))} -> {md(_said(after))}")
+    if len(lines) > MAX_LISTED:
+        lines = [*lines[:MAX_LISTED], f"- ... {len(lines) - MAX_LISTED} more changes in history.json"]
+    return lines
+
+
 def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()) -> str:
     lines = ["# Release history", ""]
     lines += [f"- {md(note)}" for note in notes]
@@ -187,6 +206,8 @@ def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()
             lines += ["| cells changed | " + " | ".join(str(n) for n in per_release.values()) + " |", ""]
         lines += [f"### Changed ({len(changed)})", ""]
         lines += [*_table(history, changed), ""] if changed else ["No cell changed verdict.", ""]
+        if changed:
+            lines += [*_transitions(changed), ""]
         steady = [cell for cell in history.cells if not cell.changed_in]
         lines += [f"### Unchanged ({len(steady)})", ""]
         if steady:
