@@ -8,10 +8,11 @@ defaults to the newest). Each is installed into a release env of its own (the bi
 installer and cache; at most --keep-envs at once, default 1, so disk stays at one vLLM env
 beside the cache), the whole lane runs there (`dflash-matrix run`, -n 2 by default), and
 the env is then free to be deleted for the next. A release that cannot be installed is named
-with its reason and left out. The runs are merged into one report (junit.xml, matrix.json,
-matrix.md, matrix.html, one run per release) and history.md / history.json: a row per cell,
-a column per release, each release where the cell's verdict changed marked. Also written:
-history-run.json (installs, run times, disk). Exit status 0 once the reports are written.
+with its reason and left out, and so is one whose lane run wrote no report. The runs are
+merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per release)
+and history.md / history.json: a row per cell, a column per release, each release where the
+cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
+Exit status 0 once the reports are written.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from harness.bisection import Uninstallable
-from harness.bundled import matrix_path
+from harness.bundled import matrix_path, shipped_matrices
 from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
 from harness.errors import InputError
 from harness.matrix import load_matrix
@@ -44,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     path = matrix_path(args.matrix)
     if not path.exists():
-        raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix")
+        raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())
     load_matrix(path)  # bad input stops here, before anything is installed
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
     releases = chosen_releases(args, "history")
@@ -53,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     reports: list[Path] = []
     runs: list[dict[str, object]] = []
     uninstallable: dict[str, str] = {}
+    unreported: list[str] = []  # installed, but the lane wrote no matrix.json (it died): named, never dropped
     started = time.monotonic()
     try:
         for release in releases:
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             seconds = round(time.monotonic() - begun, 1)
             runs.append({"release": release, "run_s": seconds, "report": str(report) if report else None})
             if report is None:
+                unreported.append(release)
                 print(f"history: vLLM {release}: the lane wrote no report", file=sys.stderr, flush=True)
                 continue
             print(f"history: vLLM {release} ran in {seconds:.0f} s", file=sys.stderr, flush=True)
@@ -78,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     wall = round(time.monotonic() - started, 1)
     for release, reason in uninstallable.items():
         print(f"not installable: vLLM {release}: {reason}")
+    for release in unreported:
+        print(f"no report: vLLM {release}: the lane ended without writing matrix.json (see {out / 'releases'})")
     if not reports:
         print("history: no release ran; nothing to report", file=sys.stderr)
         return 1
@@ -86,19 +91,20 @@ def run(args: argparse.Namespace) -> int:
         files = render_reports(merged)
         histories = release_history(merged)
     notes = [f"vLLM {release} could not be installed: {reason}" for release, reason in uninstallable.items()]
+    notes += [f"vLLM {release} installed, but its lane run wrote no report" for release in unreported]
     files["history.md"] = history_markdown(histories, notes).encode("utf-8")
-    document = history_json(histories, {"uninstallable": uninstallable})
-    files["history.json"] = (json.dumps(document, indent=2) + "\n").encode()
-    document = {
+    left_out = {"uninstallable": uninstallable, "unreported": unreported}
+    files["history.json"] = (json.dumps(history_json(histories, left_out), indent=2) + "\n").encode()
+    run_record = {
         "matrix": str(path),
         "releases": list(releases),
-        "uninstallable": uninstallable,
+        **left_out,
         "installs": envs.log,
         "runs": runs,
         "wall_s": wall,
         "peak_env_bytes": envs.peak_bytes,
     }
-    files["history-run.json"] = (json.dumps(document, indent=2) + "\n").encode()
+    files["history-run.json"] = (json.dumps(run_record, indent=2) + "\n").encode()
     written = write_files(files, out)
     for history in histories:
         per_release = ", ".join(f"{release} {count}" for release, count in history.changes_per_release().items())

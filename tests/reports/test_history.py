@@ -98,36 +98,40 @@ def test_the_command_merges_every_release_and_names_the_one_it_could_not_install
 
     def fake_run_lane(
         env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
-    ) -> Path:
+    ) -> Path | None:
         release = report_dir.name
         ran.append((release, tuple(pytest_args), workers))
+        if release == "0.26.0":
+            return None  # the lane died before writing its report
         return shard(tmp_path / "lane", release, [cell(**SINK, verdict=verdicts[release])])
 
     monkeypatch.setattr(history_command, "run_lane", fake_run_lane)
     monkeypatch.setattr(history_command, "release_envs", lambda args, sub: FakeEnvs(tmp_path / "cache"))
-    monkeypatch.setattr(
-        "harness.commands.release_range.offered_releases", lambda: ("0.34.0", "0.33.0", "0.25.0", "0.24.0", "0.23.0")
-    )
+    offered = ("0.34.0", "0.33.0", "0.26.0", "0.25.0", "0.24.0", "0.23.0")
+    monkeypatch.setattr("harness.commands.release_range.offered_releases", lambda: offered)
     out = tmp_path / "history"
     status = cli.main(["history", "selection", "--old", "0.24.0", "--out", str(out), "-k", "sm90"])
     printed = capsys.readouterr().out
     assert status == 0
     # --new defaults to the newest release; each installable one ran the lane with the pytest args.
-    assert ran == [(release, ("-k", "sm90"), 2) for release in ("0.24.0", "0.25.0", "0.33.0")]
+    assert ran == [(release, ("-k", "sm90"), 2) for release in ("0.24.0", "0.25.0", "0.26.0", "0.33.0")]
     assert "not installable: vLLM 0.34.0: flashinfer-python==0.7.3 is not on the index" in printed
     assert "1 changed verdict (per release: 0.25.0 1, 0.33.0 0)" in printed
+    assert "no report: vLLM 0.26.0" in printed
     document = json.loads((out / "history.json").read_text())
     [slot] = document["slots"]
     assert slot["releases"] == ["0.24.0", "0.25.0", "0.33.0"]
     assert slot["cells"][0]["changed_in"] == ["0.25.0"]
     assert document["uninstallable"] == {"0.34.0": "flashinfer-python==0.7.3 is not on the index"}
+    assert document["unreported"] == ["0.26.0"]
     markdown = (out / "history.md").read_text()
     assert f"**{CHANGED} ✅ pass**" in markdown
     assert "vLLM 0.34.0 could not be installed" in markdown
+    assert "vLLM 0.26.0 installed, but its lane run wrote no report" in markdown
     merged = json.loads((out / "matrix.json").read_text())
     assert len(merged["runs"]) == 3 and len(merged["cells"]) == 3
     run_record = json.loads((out / "history-run.json").read_text())
-    assert [item["release"] for item in run_record["installs"]] == ["0.24.0", "0.25.0", "0.33.0", "0.34.0"]
+    assert [item["release"] for item in run_record["installs"]] == ["0.24.0", "0.25.0", "0.26.0", "0.33.0", "0.34.0"]
 
 
 @pytest.mark.parametrize(
