@@ -1,0 +1,55 @@
+"""A cell whose loader the installed vLLM lacks (Model Runner V1's proposers are gone in 0.34.0)
+is `unavailable` before the platform is asked, as in the cpu and gpu lanes: a refusal or a crash
+of the platform's own checks must not stand in for a loader that does not exist. The vLLM API
+layer is replaced by a stub here (our logic only); the real 0.34.0 run is in the README."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from harness.lanes.contracts import SELECTION
+from harness.matrix import expand, load_matrix
+from harness.stages import Stage
+from harness.verdict import Verdict, judge
+
+LACKS_V1 = "this vLLM release lacks vllm.v1.spec_decode.dflash.DFlashProposer (ModuleNotFoundError)"
+
+
+class ReleaseWithoutV1:
+    def missing_for_selection(self) -> None:
+        return None
+
+    def missing_for_loader(self, loader: str) -> str | None:
+        return LACKS_V1 if loader == "v1" else None
+
+
+def _session() -> Any:
+    from harness.lanes.selection.session import SimulatedSession  # imports torch, not vLLM
+
+    session: Any = object.__new__(SimulatedSession)
+    session.gpu = SimpleNamespace(flashinfer_cubin=True)
+    session.installed = SimpleNamespace(gpu=SimpleNamespace(device_name="Simulated SM90"), libcuda="stub")
+    session.options = SimpleNamespace(target_backend=None)
+    session.not_in_matrix = ()
+    session.apis = ReleaseWithoutV1()
+
+    def platform_asked(cell: Any) -> Any:
+        raise RuntimeError("Found no NVIDIA driver on your system")  # what a device-probing check does here
+
+    session.select = platform_asked
+    return session
+
+
+def test_a_loader_the_release_lacks_is_unavailable_before_the_platform_is_asked() -> None:
+    cells = {cell.id: cell for cell in expand(load_matrix("matrices/selection.toml"))}
+    session, stages = _session(), list[Stage]()
+    for loader in ("v1", "v2"):
+        cell = cells[f"sm90-FLASH_ATTN-causal-sink-{loader}-cubin"]
+        assert SELECTION.value(cell.values, "loader") == loader
+        judgement = judge(session.observe(cell, stages.append))
+        if loader == "v1":
+            assert judgement.verdict == Verdict.UNAVAILABLE and LACKS_V1 in judgement.message
+            assert stages == []  # the platform was never asked
+        else:  # the v2 twin still meets the platform, whose crash is its verdict
+            assert judgement.verdict == Verdict.CRASH and stages == [Stage.SELECT]
