@@ -97,22 +97,25 @@ def engine_config(
         graphs["attention_config"] = attention
     if graph_tokens is not None:
         graphs["compilation_config"] = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [graph_tokens]}
-    args = EngineArgs(
-        model=str(target),
-        speculative_config=speculative,
-        load_format=shape.load_format,
-        enforce_eager=graph_tokens is None,
-        max_model_len=shape.max_model_len,
-        max_num_seqs=shape.max_num_seqs,
-        max_num_batched_tokens=shape.max_model_len,
-        skip_tokenizer_init=True,
-        dtype=dtype,
-        block_size=shape.block_size,
-        kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
-        kv_cache_dtype=shape.kv_cache_dtype,
-        **graphs,
-    )
     try:
+        # vLLM 0.25.x turns the attention_config dict into AttentionConfig in
+        # EngineArgs.__post_init__, 0.24.0 only in create_engine_config: a key the schema lacks is
+        # the same gap either way, so both calls are under the check.
+        args = EngineArgs(
+            model=str(target),
+            speculative_config=speculative,
+            load_format=shape.load_format,
+            enforce_eager=graph_tokens is None,
+            max_model_len=shape.max_model_len,
+            max_num_seqs=shape.max_num_seqs,
+            max_num_batched_tokens=shape.max_model_len,
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            block_size=shape.block_size,
+            kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
+            kv_cache_dtype=shape.kv_cache_dtype,
+            **graphs,
+        )
         config = args.create_engine_config()
     except ValueError as error:  # pydantic's ValidationError is one
         if (gap := config_gap(error)) is not None:
