@@ -120,9 +120,12 @@ class Preload:
     Whatever the warm parent does, every cell process inherits: so only imports, with the
     runner's environment, and only of modules whose import-time state is the same for every
     cell process of the lane. The warm parent also checks, for every lane, that its preload
-    left no thread running and CUDA uninitialised (a fork copies neither correctly).
+    left no thread running, CUDA uninitialised and the device count unasked (a fork copies
+    none of them correctly).
 
     modules:           imported in the warm parent, in order.
+    optional:          those of ``modules`` skipped where not installed (a vLLM release or a
+                       user's env without them), instead of failing every cell.
     platform_resolved: whether importing them may resolve vLLM's platform: only where every
                        cell process of the lane gets the same platform (never where the
                        platform is simulated per process key).
@@ -130,6 +133,7 @@ class Preload:
     """
 
     modules: tuple[str, ...] = ()
+    optional: frozenset[str] = frozenset()
     platform_resolved: bool = False
     why: str = "nothing is imported before the fork"
 

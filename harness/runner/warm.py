@@ -16,6 +16,9 @@ what it must never have done is checked here, for every lane, before the first f
 - no thread but the main one: ``fork`` copies only the calling thread, so a lock another
   thread held (an import lock, an allocator's, OpenMP's pool) stays locked in every cell;
 - CUDA not initialised (``torch.cuda.is_initialized()``): a forked CUDA context is unusable;
+- torch never asked for the device count (``DeviceQueries``): answering it initialises the CUDA
+  driver, and torch keeps the answer for the process's life, so a count asked here, under the
+  runner's ``CUDA_VISIBLE_DEVICES``, would be every cell process's, whatever the cell sets;
 - where the lane's contract says so, vLLM's platform not resolved, since the simulated
   platform of the selection and gpu-emulated lanes is per process key.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import multiprocessing
 import os
@@ -45,6 +49,7 @@ from multiprocessing import connection, forkserver, popen_forkserver, reduction,
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
+from collections.abc import Sequence
 from typing import Any
 
 from harness.lanes.contract import Preload
@@ -62,18 +67,59 @@ def warm_main(
     # Before anything is imported: OpenMP and torch read their thread counts at start-up, and
     # what the warm parent imports is what every cell process runs with.
     os.environ.update(environment)
+    queries = DeviceQueries()
     try:
         for module in preload.modules:
+            if module in preload.optional and importlib.util.find_spec(module.partition(".")[0]) is None:
+                continue  # not installed here: the cell processes import it themselves, if at all
             importlib.import_module(module)
-        child.preload_failure = fork_hazard(preload)
+            queries.watch()  # from torch's own import on: what a later module asks is seen
+        child.preload_failure = fork_hazard(preload, queries.asked)
     except BaseException as exc:  # the cells say why; the warm parent still answers them
         child.preload_failure = f"the warm parent could not import its preload: {type(exc).__name__}: {exc}"
+    finally:
+        queries.restore()  # the cell processes get torch's own functions back
     # Nothing is frozen here: a cell process freezes what survived its first cell itself
     # (child._freeze_process_state), so its first cell runs under the same collector as a spawned one.
     forkserver.main(listener.detach(), alive.fileno(), [])
 
 
-def fork_hazard(preload: Preload) -> str | None:
+class DeviceQueries:
+    """Records the preload's calls of torch's device-count entry points (``is_available`` and
+    ``device_count`` both end in one of them). Installed once torch is imported, so torch's own
+    import is not watched; nothing in the warm parent may ask after that."""
+
+    # (module, attribute): the CUDA runtime's count, and the NVML/AMD-SMI counts torch asks first.
+    ENTRY_POINTS = (("torch._C", "_cuda_getDeviceCount"), ("torch.cuda", "_device_count_nvml"),
+                    ("torch.cuda", "_device_count_amdsmi"))
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self._originals: list[tuple[Any, str, Any]] = []
+
+    def watch(self) -> None:
+        if self._originals or "torch" not in sys.modules:
+            return
+        for module_name, name in self.ENTRY_POINTS:
+            module = sys.modules.get(module_name)
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+
+            def asking(*args: Any, _original: Any = original, _name: str = f"{module_name}.{name}", **kwargs: Any) -> Any:
+                self.asked.append(_name)
+                return _original(*args, **kwargs)
+
+            self._originals.append((module, name, original))
+            setattr(module, name, asking)
+
+    def restore(self) -> None:
+        for module, name, original in self._originals:
+            setattr(module, name, original)
+        self._originals.clear()
+
+
+def fork_hazard(preload: Preload, device_queries: Sequence[str] = ()) -> str | None:
     """What in this process a fork would copy wrongly, or None."""
     others = [thread.name for thread in threading.enumerate() if thread is not threading.main_thread()]
     if others:
@@ -81,6 +127,11 @@ def fork_hazard(preload: Preload) -> str | None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return "the warm parent's preload initialised CUDA, which a forked process cannot use"
+    if device_queries:
+        return (
+            "the warm parent's preload asked torch for the device count, which a forked process would keep: "
+            + ", ".join(dict.fromkeys(device_queries))
+        )
     platforms = sys.modules.get("vllm.platforms")
     if not preload.platform_resolved and platforms is not None and getattr(platforms, "_current_platform", None):
         return "the warm parent's preload resolved vLLM's platform, which this lane sets per cell process"

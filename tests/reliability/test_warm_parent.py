@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from harness.lanes.contract import Preload
 from harness.matrix import expand, load_matrix
 from harness.runner import supervisor
 from harness.runner.supervisor import CellRunner
-from harness.runner.warm import WarmParent, fork_hazard
+from harness.runner.warm import DeviceQueries, WarmParent, fork_hazard
 
 from .planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
@@ -150,3 +151,51 @@ def test_a_dead_warm_parent_is_started_again_for_the_next_cell(tmp_path: Path) -
         runner.close()
     assert second.failure is None, "the next cell is not blamed for a warm parent that died between cells"
     assert second_parent not in (warm_parent, os.getpid())
+
+
+def _fake_torch(monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """torch's device-count entry points, as modules in sys.modules (no torch here)."""
+    counted = types.SimpleNamespace(calls=0)
+
+    def get_device_count() -> int:
+        counted.calls += 1
+        return 0
+
+    torch_c = types.ModuleType("torch._C")
+    torch_c._cuda_getDeviceCount = get_device_count  # type: ignore[attr-defined]
+    torch_cuda = types.ModuleType("torch.cuda")
+    torch_cuda.is_initialized = lambda: False  # type: ignore[attr-defined]
+    torch_cuda.is_available = lambda: sys.modules["torch._C"]._cuda_getDeviceCount() > 0  # type: ignore[attr-defined]
+    torch = types.ModuleType("torch")
+    torch._C, torch.cuda = torch_c, torch_cuda  # type: ignore[attr-defined]
+    for name, module in (("torch", torch), ("torch._C", torch_c), ("torch.cuda", torch_cuda)):
+        monkeypatch.setitem(sys.modules, name, module)
+    counted.cuda = torch_cuda
+    return counted
+
+
+def test_a_device_count_asked_after_torch_is_imported_is_a_fork_hazard(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = _fake_torch(monkeypatch)
+    original = sys.modules["torch._C"]._cuda_getDeviceCount
+    queries = DeviceQueries()
+    queries.watch()
+    assert fork_hazard(Preload(), queries.asked) is None  # watching alone asks nothing
+    assert torch.cuda.is_available() is False  # what tvm_ffi's import does (xgrammar, seen in vLLM 0.33.0)
+    queries.restore()
+    assert sys.modules["torch._C"]._cuda_getDeviceCount is original and torch.calls == 1
+    assert fork_hazard(Preload(), queries.asked) == (
+        "the warm parent's preload asked torch for the device count, which a forked process would keep: "
+        "torch._C._cuda_getDeviceCount"
+    )
+
+
+def test_an_optional_preload_module_that_is_not_installed_is_left_to_the_cell_processes(tmp_path: Path) -> None:
+    matrix = load_matrix(write_fake_matrix(tmp_path, "optional", ["A_ATTN"]))
+    runner = CellRunner(matrix)
+    preload = Preload(("json", "dflash_no_such_module"), optional=frozenset({"dflash_no_such_module"}))
+    runner._warm = WarmParent(preload, runner.environment)
+    try:
+        result = runner.run(expand(matrix)[0])
+    finally:
+        runner.close()
+    assert result.failure is None, result.failure
