@@ -202,15 +202,15 @@ SELECTION = Contract(
     },
     options=SelectionOptions,
     key=_selection_process,
-    # The three after transformers are what a selection cell process imported next, outside
-    # vLLM, that depends on no platform (benchmarks/README.md has the profile): ml_dtypes and
-    # openai (vLLM's protocol types) load the same for every process key, torch._inductor's
-    # lowerings register torch ops only. Not xgrammar (its tvm_ffi asks torch for the device
-    # count at import: a fork hazard, harness.runner.warm) nor cutlass (NVIDIA's CUTLASS DSL
-    # loads cuda-bindings' native modules, left to the cell process, which loads libcuda.so.1
-    # (a driver or the lane's stub) itself when the simulated platform is installed).
+    # The two after transformers are what a selection cell process imported next, outside vLLM,
+    # that depends on no platform (benchmarks/README.md has the profile): ml_dtypes and openai
+    # (vLLM's protocol types) load the same for every process key. Not xgrammar (its tvm_ffi
+    # asks torch for the device count at import: a fork hazard, harness.runner.warm), nor
+    # torch._inductor.lowering (the same with the torch of vLLM 0.26.0's env), nor cutlass
+    # (NVIDIA's CUTLASS DSL loads cuda-bindings' native modules: left to the cell process, which
+    # loads libcuda.so.1, a driver or the lane's stub, when its simulated platform is installed).
     preload=Preload(
-        modules=("torch", "transformers", "transformers.modeling_utils", "ml_dtypes", "openai", "torch._inductor.lowering"),
+        modules=("torch", "transformers", "transformers.modeling_utils", "ml_dtypes", "openai"),
         optional=frozenset({"ml_dtypes", "openai"}),
         why=(
             "vLLM is not imported: harness.simulated_cuda installs the simulated CudaPlatform as soon as "
@@ -218,7 +218,8 @@ SELECTION = Contract(
             "capability, and the variables vLLM reads at import (CUDA_VISIBLE_DEVICES, "
             "VLLM_HAS_FLASHINFER_CUBIN, FLASHINFER_CUBINS_REPOSITORY) are set per cell process first; "
             "so no platform is resolved, no backend selected and no selection helper cached before the "
-            "fork. torch, transformers, Triton, ml_dtypes and openai read none of those variables and ask for no device"
+            "fork. torch, transformers, Triton, ml_dtypes and openai read none of those variables and ask "
+            "for no device (the warm parent checks the device count is never asked)"
         ),
     ),
 )
