@@ -45,11 +45,11 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from multiprocessing import connection, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
-from collections.abc import Sequence
 from typing import Any
 
 from harness.lanes.contract import Preload
@@ -90,8 +90,11 @@ class DeviceQueries:
     import is not watched; nothing in the warm parent may ask after that."""
 
     # (module, attribute): the CUDA runtime's count, and the NVML/AMD-SMI counts torch asks first.
-    ENTRY_POINTS = (("torch._C", "_cuda_getDeviceCount"), ("torch.cuda", "_device_count_nvml"),
-                    ("torch.cuda", "_device_count_amdsmi"))
+    ENTRY_POINTS = (
+        ("torch._C", "_cuda_getDeviceCount"),
+        ("torch.cuda", "_device_count_nvml"),
+        ("torch.cuda", "_device_count_amdsmi"),
+    )
 
     def __init__(self) -> None:
         self.asked: list[str] = []
@@ -106,9 +109,9 @@ class DeviceQueries:
             if original is None:
                 continue
 
-            def asking(*args: Any, _original: Any = original, _name: str = f"{module_name}.{name}", **kwargs: Any) -> Any:
+            def asking(*args: Any, _original: Any = original, _name: str = f"{module_name}.{name}", **kw: Any) -> Any:
                 self.asked.append(_name)
-                return _original(*args, **kwargs)
+                return _original(*args, **kw)
 
             self._originals.append((module, name, original))
             setattr(module, name, asking)
