@@ -3,7 +3,9 @@
 No runner, no pytest, no journal, no verdict: per cell it builds the cell's VllmConfig,
 loads the draft through the real loader (the target is built once per dtype, as the lane
 does), runs each draft attention layer's forward pass through its backend and compares it
-with the fp32 reference. It uses the same thin wrappers around vLLM as the lane
+with the fp32 reference; for a loader-v2 cell it then builds Model Runner V1's draft of the same
+checkpoint and runs its layers on the same inputs, as the lane's loader differential does
+(``harness.attention.differential``). It uses the same thin wrappers around vLLM as the lane
 (``harness.attention``), so both sides do the same work; it skips what only the harness
 needs: the platform's answer and the backend's claim, the Observation, the journal.
 Like the runner's cell process, it freezes the collector after its first cell and runs
@@ -89,6 +91,7 @@ class BareProcess:
             self.targets[dtype_name] = vllm_draft.load_target(target_config)
         laps: dict[str, float] = {}
         errors = []
+        runs = []  # each layer's inputs and output, for the V1 twin
         with set_current_vllm_config(config):
             draft = vllm_draft.load_draft(
                 str(cell.get("loader", "v2")), self.targets[dtype_name], config, torch.device("cpu")
@@ -106,6 +109,7 @@ class BareProcess:
                     attn, attention_config, batch, inputs, draft.causal[index], torch.device("cpu"), lambda stage: None
                 )
                 laps[f"forward_{index}"] = time.perf_counter() - lap
+                runs.append((inputs, output))
                 lap = time.perf_counter()
                 expected = reference_attention(
                     inputs.query,
@@ -119,6 +123,22 @@ class BareProcess:
                 )
                 errors.append(float((output.float() - expected).abs().max()))
                 laps[f"compare_{index}"] = time.perf_counter() - lap
+        differences = []
+        if str(cell.get("loader", "v2")) == "v2":
+            # The loader differential: V1's draft in a config of its own (layers register by name).
+            lap = time.perf_counter()
+            twin_config = vllm_draft.engine_config(self.target_path, truth.path, cell.requested_backend, dtype_name, engine)
+            with set_current_vllm_config(twin_config):
+                twin = vllm_draft.load_draft("v1", self.targets[dtype_name], twin_config, torch.device("cpu"))
+                twin_layers = vllm_draft.attention_layers(twin.model)
+                vllm_draft.settle_kv_cache(twin_config, twin_layers)
+                twin_attention = draft_attention_config(twin_config, truth, cell.requested_backend)
+                for index, (attn, (inputs, output)) in enumerate(zip(twin_layers, runs, strict=True)):
+                    theirs = run_eager(
+                        attn, twin_attention, batch, inputs, twin.causal[index], torch.device("cpu"), lambda stage: None
+                    )
+                    differences.append(float((output.float() - theirs.float()).abs().max()))
+            laps["loader_differential"] = time.perf_counter() - lap
         wall = time.perf_counter() - started
         timers = stage_timers.take()
         return {
@@ -128,6 +148,7 @@ class BareProcess:
             "timers_s": timers,
             "laps_s": laps,
             "max_abs_err": max(errors),
+            "v1_max_abs_diff": max(differences) if differences else None,
         }
 
 
