@@ -127,7 +127,9 @@ class BareProcess:
         if str(cell.get("loader", "v2")) == "v2":
             # The loader differential: V1's draft in a config of its own (layers register by name).
             lap = time.perf_counter()
-            twin_config = vllm_draft.engine_config(self.target_path, truth.path, cell.requested_backend, dtype_name, engine)
+            twin_config = vllm_draft.engine_config(
+                self.target_path, truth.path, cell.requested_backend, dtype_name, engine
+            )
             with set_current_vllm_config(twin_config):
                 twin = vllm_draft.load_draft("v1", self.targets[dtype_name], twin_config, torch.device("cpu"))
                 twin_layers = vllm_draft.attention_layers(twin.model)
