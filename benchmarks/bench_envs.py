@@ -95,6 +95,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--scratch", type=Path, help="where the caches and envs go (default: a temporary folder)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "out")
     args = parser.parse_args(argv)
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     builds: list[Build] = []
     for env in args.envs:
         for installer in args.installers:
