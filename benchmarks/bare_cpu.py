@@ -92,10 +92,9 @@ class BareProcess:
         laps: dict[str, float] = {}
         errors = []
         runs = []  # each layer's inputs and output, for the V1 twin
+        loader = str(cell.get("loader", "v2"))
         with set_current_vllm_config(config):
-            draft = vllm_draft.load_draft(
-                str(cell.get("loader", "v2")), self.targets[dtype_name], config, torch.device("cpu")
-            )
+            draft = vllm_draft.load_draft(loader, self.targets[dtype_name], config, torch.device("cpu"))
             layers = vllm_draft.attention_layers(draft.model)
             vllm_draft.settle_kv_cache(config, layers)
             # The metadata builders get the engine's config with the draft's causality and backend.
@@ -124,7 +123,7 @@ class BareProcess:
                 errors.append(float((output.float() - expected).abs().max()))
                 laps[f"compare_{index}"] = time.perf_counter() - lap
         differences = []
-        if str(cell.get("loader", "v2")) == "v2":
+        if loader == "v2":
             # The loader differential: V1's draft in a config of its own (layers register by name).
             lap = time.perf_counter()
             twin_config = vllm_draft.engine_config(
