@@ -9,7 +9,7 @@ what it could never run.
   checks that file as ``load_matrix`` does, lane contract included, before it installs anything:
   a bad axis, option or value is the same one line ``pytest --matrix`` prints, exit status 2,
   instead of the same line after a 3.5-9 GB install.
-- An env that installs vLLM through ``harness/vllm_install.py`` (selection, gpu-emulated, gpu,
+- An env that installs vLLM through ``harness/releases/install.py`` (selection, gpu-emulated, gpu,
   bench-selection) gets a directory of its own per chosen vLLM: ``.tox/<env>`` for the default
   release (``[vllm] release`` in tox.ini), ``.tox/<env>-vllm-<version>`` for another release and
   ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
@@ -18,7 +18,7 @@ what it could never run.
 - `tox -e gpu` refuses at once where no CUDA device is visible. The gpu env installs official
   vLLM (about 9 GB, minutes): a GPU job on a runner without a working driver must go red, fast
   and with one line, never green with everything skipped, and never after a long install. The
-  driver is asked directly (``harness/gpu_devices.py``: ctypes only, loaded by path so tox
+  driver is asked directly (``harness/cuda/devices.py``: ctypes only, loaded by path so tox
   needs nothing installed).
 
 When the env is the only one a run sets up, the checks run while tox reads its configuration,

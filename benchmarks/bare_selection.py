@@ -5,7 +5,7 @@ lane makes for each cell, and nothing else: the backend's ``validate_configurati
 platform's answer for the explicit request and for auto-selection, and the draft built
 through the real loader (``load_dflash_model`` or ``DFlashProposer``) with dummy weights,
 reading the backend each attention layer carries. The platform is simulated with the
-lane's own ``harness.simulated_cuda`` (without it there is no CUDA platform to ask). No
+lane's own ``harness.cuda.simulated`` (without it there is no CUDA platform to ask). No
 runner, pytest, journal, enum census or verdicts; one OpenMP thread, like the runner's cell
 processes. Needs the stub libcuda on LD_LIBRARY_PATH.
 
@@ -61,7 +61,7 @@ def _write(root: Path, name: str, config: dict[str, object]) -> Path:
 
 class BareSelection:
     def __init__(self, cell: Cell, root: Path, head_dim: int, target_backend: str | None):
-        from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
+        from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 
         self.installed = install(SimulatedGpu(str(cell.get("capability")), bool(cell.get("flashinfer_cubin", False))))
         import torch

@@ -189,7 +189,7 @@ def _specifiers(path: Path, key: str, raw: object) -> SpecifierSet | None:
 
 
 def expectations_for(matrix: Matrix, release: str | None = None) -> ExpectationSet:
-    """The matrix's expectations, judging a run of vLLM ``release`` (see harness.vllm_release)."""
+    """The matrix's expectations, judging a run of vLLM ``release`` (see harness.releases.provenance)."""
     if matrix.expectations_path is None:
         return NO_EXPECTATIONS
     return load_expectations(matrix.expectations_path, matrix).for_release(release)

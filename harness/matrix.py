@@ -24,7 +24,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [tolerance]
     bfloat16 = 2e-2
 
-    [options]           # the lane's options, declared in harness/lanes/contracts.py
+    [options]           # the lane's options, declared in harness/contracts/lanes.py
     seed = 1
 """
 
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
+from harness.contracts.lanes import CONTRACTS, LANES
+from harness.contracts.model import Contract
 from harness.covering import Covering, cover
 from harness.errors import InputError
-from harness.lanes.contract import Contract
-from harness.lanes.contracts import CONTRACTS, LANES
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0

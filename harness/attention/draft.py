@@ -50,7 +50,7 @@ class EngineShape:
     # reading them, so a config-only checkpoint (checkpoint.write_draft(weights=False)) loads.
     load_format: str = "auto"
     # Where the model lives, when not on the platform's own device: a simulated CUDA platform
-    # (harness.simulated_cuda) says "cuda", and vLLM's EngineArgs has no device argument.
+    # (harness.cuda.simulated) says "cuda", and vLLM's EngineArgs has no device argument.
     device: str | None = None
 
 

@@ -19,12 +19,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness.bisection import BisectError, Signature, Uninstallable, bisect
 from harness.bundled import matrix_path
 from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
 from harness.errors import InputError
 from harness.matrix import expand, load_matrix
-from harness.release_envs import run_cells, slug
+from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect
+from harness.releases.envs import run_cells, slug
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

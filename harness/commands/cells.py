@@ -16,7 +16,7 @@ from harness.bundled import matrix_path
 from harness.errors import InputError
 from harness.expectations import describe_release, describe_stale, expectations_for, parse_release
 from harness.matrix import expand, load_matrix
-from harness.vllm_release import installed_vllm
+from harness.releases.provenance import installed_vllm
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,12 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from harness.bisection import Uninstallable
 from harness.bundled import matrix_path, shipped_matrices
 from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
 from harness.errors import InputError
 from harness.matrix import load_matrix
-from harness.release_envs import run_lane, slug
+from harness.releases.bisection import Uninstallable
+from harness.releases.envs import run_lane, slug
 from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.bisection import releases_between
+from harness.cuda.stub_driver import cache_dir
 from harness.errors import InputError
-from harness.release_envs import ReleaseEnvs, offered_releases
-from harness.stub_driver import cache_dir
-from harness.vllm_install import parse_overrides
+from harness.releases.bisection import releases_between
+from harness.releases.envs import ReleaseEnvs, offered_releases
+from harness.releases.install import parse_overrides
 
 
 def add_release_arguments(parser: argparse.ArgumentParser, *, out: str, keep_envs: int, new_required: bool) -> None:

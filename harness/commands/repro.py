@@ -18,9 +18,9 @@ from typing import Any
 from harness.atomic import write_atomic
 from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
+from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
 from harness.matrix import Matrix, expand, load_matrix
-from harness.stub_driver import SOURCE as STUB_SOURCE
 
 _REPRO = Path(__file__).resolve().parent.parent / "repro"
 TEMPLATES = {"selection": _REPRO / "selection_cell.py.tmpl", "cpu": _REPRO / "cpu_cell.py.tmpl"}

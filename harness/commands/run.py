@@ -21,7 +21,7 @@ from harness.bundled import matrix_path, shipped_matrices
 from harness.errors import InputError
 from harness.matrix import load_matrix
 
-PLUGIN = "harness.pytest_plugin"
+PLUGIN = "harness.plugins.matrix"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())
     matrix = load_matrix(path)
     if matrix.lane == "selection":
-        from harness.stub_driver import StubBuildError, build_stub
+        from harness.cuda.stub_driver import StubBuildError, build_stub
 
         try:
             import ctypes

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.lanes.contracts import CPU, CpuOptions
+from harness.contracts.lanes import CPU, CpuOptions
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
 from harness.stages import StageLog

@@ -6,7 +6,7 @@ every kind of fault and check the harness reports each one exactly::
     [options]
     actions = { "FLASH_ATTN-causal-sink" = "abort", "TRITON_ATTN-causal-nosink" = "hang" }
 
-Actions (``harness.lanes.contracts.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
+Actions (``harness.contracts.lanes.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
 hang, raise, mismatch, loader-diff (V1's draft differs from V2's), reject, substitute,
 lose-request, unavailable, poison (passes, but marks its process as untrustworthy, as a sticky
 CUDA error does). ``sleep_s = 0.3`` makes every forward stage take that long, so a test can kill
@@ -23,7 +23,7 @@ import platform
 import time
 from collections.abc import Mapping
 
-from harness.lanes.contracts import FAKE, FakeOptions
+from harness.contracts.lanes import FAKE, FakeOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, LayerAgreement, LoaderDifferential, Observation

@@ -5,7 +5,7 @@ writes reports, never imports another lane or the runner. Exceptions, timing and
 bookkeeping belong to the runner (``harness.runner.child``): an exception escaping ``observe``
 is a crash at the last stage the lane logged. One module (or package) per lane under
 ``harness.lanes``, each exposing ``create(matrix) -> Lane``; what a lane can run is declared
-apart, as data (``harness.lanes.contracts``).
+apart, as data (``harness.contracts.lanes``).
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from harness.contracts.lanes import CONTRACTS
 from harness.lanes.protocol import Lane
 from harness.matrix import Cell, Matrix, load_matrix
 from harness.observation import Failure, Observation, one_line
@@ -55,7 +56,7 @@ class ChildRequest:
 
 def create_lane(matrix: Matrix) -> Lane:
     """The lane's module is imported here, in the cell process only: it may import vLLM."""
-    module = importlib.import_module(f"harness.lanes.{matrix.lane}")
+    module = importlib.import_module(CONTRACTS[matrix.lane].module)
     lane: Lane = module.create(matrix)
     return lane
 

@@ -13,9 +13,9 @@ from typing import Any
 from harness.expectations import ExpectationSet, describe_release, describe_stale, expectations_for
 from harness.journal import JournalWriter, now_iso
 from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.releases.provenance import installed_vllm
 from harness.result import CellResult, decide
 from harness.runner.supervisor import CellRunner
-from harness.vllm_release import installed_vllm
 
 
 def lane_groups_cells(matrix: Matrix) -> bool:

@@ -1,6 +1,6 @@
 """The parent's side of a cell process: ``CellRunner`` starts one, hands it cells one at a
 time, and replaces it when it dies, hangs, asks to be retired or the next cell needs another
-process key (``harness.lanes.contracts``: the selection lane's simulated capability).
+process key (``harness.contracts.lanes``: the selection lane's simulated capability).
 
 When the child dies the cell is a ``crash`` at the stage it last logged, when it stops
 answering the cell is a ``timeout``; either way the next cell gets a fresh process. Processes

@@ -10,7 +10,7 @@ processes are started through it with the standard forkserver ``Popen``: same pi
 request, same pipe, same shared stage slot, and their exit status is reported by the server,
 so the supervisor sees a ``BaseProcess`` exactly as before (``kill``, ``join``, ``exitcode``).
 
-What the warm parent may do is declared once per lane, as data (``harness.lanes.contracts``);
+What the warm parent may do is declared once per lane, as data (``harness.contracts.lanes``);
 what it must never have done is checked here, for every lane, before the first fork:
 
 - no thread but the main one: ``fork`` copies only the calling thread, so a lock another
@@ -52,7 +52,7 @@ from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from harness.lanes.contract import Preload
+from harness.contracts.model import Preload
 from harness.runner import child
 
 _SPAWN = multiprocessing.get_context("spawn")

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from harness.bisection import BisectError, Signature, Uninstallable, bisect, releases_between
+from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect, releases_between
 
 RELEASES = (
     "0.24.0",

@@ -119,9 +119,70 @@ def test_the_cell_process_imports_nothing_of_the_parent() -> None:
         "harness.journal",
         "harness.expectations",
         "harness.result",
-        "harness.pytest_plugin",
+        "harness.plugins.matrix",
         "harness.runner.session",
         "harness.runner.supervisor",
     }
     assert not reached & parent_only
     assert not {m for m in reached if m.startswith("harness.reports")}
+
+
+# The layout's boundaries (issue 28): each rule names a package family and what it may not reach.
+def _family(prefix: str) -> list[str]:
+    return [m for m in GRAPH if m == prefix or m.startswith(prefix + ".")]
+
+
+def _imports_outside(module: str, allowed: tuple[str, ...]) -> set[str]:
+    return {m for m in GRAPH[module] if not any(m == a or m.startswith(a + ".") for a in allowed)}
+
+
+OFF_PATH = ("harness.cuda", "harness.releases")
+CHILD_SIDE = ("harness.lanes", "harness.attention", "harness.runner")
+EDGES = ("harness.plugins", "harness.commands", "harness.cli")
+
+
+def test_off_path_packages_import_nothing_of_the_harness_above_them() -> None:
+    for package in OFF_PATH:
+        for module in _family(package):
+            assert _imports_outside(module, (package,)) == set(), module
+
+
+def test_the_core_reaches_no_lane_runner_cuda_release_or_edge() -> None:
+    """The matrix, contracts, verdicts, journal and reports can be loaded on a machine that merges
+    reports: nothing of theirs reaches child-side code, a GPU, a release env or a command."""
+    core = [
+        m
+        for m in GRAPH
+        if not any(m == p or m.startswith(p + ".") for p in (*OFF_PATH, *CHILD_SIDE, *EDGES)) and m != "harness"
+    ]
+    assert "harness.matrix" in core and "harness.reports.junit" in core and "harness.contracts.lanes" in core
+    for module in core:
+        reached = {m for m in _reachable(module) if m.startswith((*OFF_PATH, *CHILD_SIDE, *EDGES))}
+        assert reached == set(), module
+
+
+def test_no_lane_imports_another() -> None:
+    lanes = {m.split(".")[2] for m in _family("harness.lanes") if m.count(".") >= 2} - {"protocol"}
+    assert {"cpu", "gpu", "selection", "fake"} <= lanes
+    for module in _family("harness.lanes"):
+        own = module.split(".")[2] if module.count(".") >= 2 else None
+        lanes_imported = {m for m in GRAPH[module] if m.startswith("harness.lanes.")}
+        others = {m for m in lanes_imported if m.split(".")[2] not in (own, "protocol")}
+        assert others == set(), module
+
+
+def test_shared_lane_code_imports_no_lane_and_nothing_imports_an_edge() -> None:
+    for module in _family("harness.attention"):
+        assert {m for m in GRAPH[module] if m.startswith(("harness.lanes.", "harness.runner"))} == set(), module
+    for module, imported in GRAPH.items():
+        if module.startswith(EDGES):
+            continue
+        assert {m for m in imported if m.startswith(EDGES)} == set(), module
+
+
+def test_the_root_lists_the_data_path() -> None:
+    """``ls harness/``: the spine's modules and the packages, nothing about GPUs or releases."""
+    root = sorted(p.name for p in HARNESS.iterdir() if p.name != "__pycache__" and not p.name.startswith("."))
+    off_path_words = ("cuda", "gpu", "vllm", "release", "bisect", "stub", "flashinfer", "kernels")
+    strays = [name for name in root if name.endswith(".py") and any(w in name for w in off_path_words)]
+    assert strays == []

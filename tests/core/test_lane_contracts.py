@@ -1,4 +1,4 @@
-"""Each lane's contract (harness/lanes/contracts.py) refuses a matrix the lane cannot run in the
+"""Each lane's contract (harness/contracts/lanes.py) refuses a matrix the lane cannot run in the
 parent, before any cell process starts: one line naming file, key and valid choices, exit status
 2, nothing written. Shown for every lane through `pytest --matrix` and `dflash-matrix cells`, and
 for the lanes with a tox env through the real `tox -e <lane>` (which refuses before it installs).
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.contracts.lanes import CONTRACTS, LANES
 from harness.errors import EXIT_BAD_INPUT, InputError
-from harness.lanes.contracts import CONTRACTS, LANES
 from harness.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,7 +172,7 @@ def test_shipped_matrices_are_accepted_by_their_lanes() -> None:
 
 def test_the_contracts_import_neither_vllm_nor_torch() -> None:
     code = (
-        "import sys, harness.lanes.contracts, harness.matrix, harness.cli; "
+        "import sys, harness.contracts.lanes, harness.matrix, harness.cli; "
         "loaded = sorted(m for m in ('torch', 'vllm') if m in sys.modules); "
         "assert not loaded, loaded"
     )

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import interpreted_kernels
-from harness.lanes.contracts import DEFAULT_SM_COUNTS
+from harness.contracts.lanes import DEFAULT_SM_COUNTS
+from harness.cuda import interpreted_kernels
 
 interpreted_kernels.prepare()
 
@@ -19,7 +19,7 @@ CAPABILITY = "9.0"
 
 @pytest.fixture(scope="session")
 def host() -> interpreted_kernels.HostGpu:
-    from harness.simulated_cuda import SimulatedGpu, install
+    from harness.cuda.simulated import SimulatedGpu, install
 
     gpu = SimulatedGpu(CAPABILITY, flashinfer_cubin=False)
     install(gpu)

@@ -1,4 +1,4 @@
-"""Each host patch of ``harness.interpreted_kernels`` computes what a GPU computes: the
+"""Each host patch of ``harness.cuda.interpreted_kernels`` computes what a GPU computes: the
 interpreter's bf16 and fp8 rounding equal torch's own casts (a GPU's cvt.rn), the cache
 write is bit-exact, the fp8 query quantization equals the cast its CUDA kernel does, and the
 device queries answer for the simulated GPU."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness import interpreted_kernels
-from harness.lanes.contracts import DEFAULT_SM_COUNTS
+from harness.contracts.lanes import DEFAULT_SM_COUNTS
+from harness.cuda import interpreted_kernels
 
 pytestmark = pytest.mark.vllm
 

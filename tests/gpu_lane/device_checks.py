@@ -5,7 +5,7 @@
 Prints one line per check and exits 0 when all pass, 1 otherwise; on a host without a visible
 device it prints the lane's one-line refusal and exits 1. The checks:
 
-- devices: the driver query behind the refusal (``harness.gpu_devices``) lists the devices
+- devices: the driver query behind the refusal (``harness.cuda.devices``) lists the devices
   torch sees, with the same names and compute capabilities;
 - pinning: one child process per visible device (at most 4) given ``CUDA_VISIBLE_DEVICES`` by
   ``device_for_worker``, as pytest-xdist workers are, sees exactly its own device;
@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from harness.attention.graph import CudaGraphs, replay_batches  # noqa: E402
 from harness.attention.reference import reference_attention, visible_keys  # noqa: E402
-from harness.gpu_devices import (  # noqa: E402
+from harness.cuda.devices import (  # noqa: E402
     VISIBLE_DEVICES,
     DeviceRefusal,
     Inventory,
@@ -48,7 +48,7 @@ _CHILD_PROBE = (
 )
 _CHILD_ASSERT = """
 import torch
-from harness.gpu_devices import is_sticky_cuda_error
+from harness.cuda.devices import is_sticky_cuda_error
 index = torch.tensor([7], device="cuda")
 try:
     torch.zeros(1, device="cuda")[index].item()

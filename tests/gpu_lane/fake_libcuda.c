@@ -1,5 +1,5 @@
 /*
- * A fake NVIDIA driver for tests of harness.gpu_devices on hosts without a GPU.
+ * A fake NVIDIA driver for tests of harness.cuda.devices on hosts without a GPU.
  *
  * It answers the driver calls the device query makes, from the environment:
  *   FAKE_CUDA_DEVICES="NVIDIA H100 80GB HBM3:9.0;NVIDIA A100-SXM4-80GB:8.0"

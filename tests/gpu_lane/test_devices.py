@@ -1,4 +1,4 @@
-"""harness.gpu_devices: the driver query behind the one-line refusal, and worker pinning."""
+"""harness.cuda.devices: the driver query behind the one-line refusal, and worker pinning."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gpu_devices import (
+from harness.cuda.devices import (
     REFUSAL,
     Device,
     Inventory,
@@ -46,7 +46,7 @@ def test_no_driver_library_is_one_refusal_line() -> None:
 def test_a_library_without_the_driver_api_is_refused(tmp_path: Path) -> None:
     stub = tmp_path / "libcuda.so.1"
     subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-o", str(stub), str(REPO / "harness" / "native" / "libcuda_stub.c")], check=True
+        ["gcc", "-shared", "-fPIC", "-o", str(stub), str(REPO / "harness" / "cuda" / "libcuda_stub.c")], check=True
     )
     with pytest.raises(NoDevice, match="not an NVIDIA driver"):
         query(str(stub))
@@ -94,7 +94,7 @@ def test_module_check_prints_one_line(
 ) -> None:
     env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": str(fake_driver_dir), **driver_env}
     done = subprocess.run(
-        [sys.executable, "-m", "harness.gpu_devices"], env=env, capture_output=True, text=True, check=False, cwd=REPO
+        [sys.executable, "-m", "harness.cuda.devices"], env=env, capture_output=True, text=True, check=False, cwd=REPO
     )
     assert done.returncode == code
     assert done.stdout.startswith(stdout) and done.stdout.count("\n") == (1 if stdout else 0)

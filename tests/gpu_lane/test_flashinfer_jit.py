@@ -1,11 +1,11 @@
 """The one line about FlashInfer's first-use compilation, for each case flashinfer-python
-0.7.2.post1's own lookup distinguishes (``harness.flashinfer_jit``)."""
+0.7.2.post1's own lookup distinguishes (``harness.cuda.flashinfer_jit``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from harness import flashinfer_jit
+from harness.cuda import flashinfer_jit
 
 
 def _nvcc(folder: Path) -> Path:

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from harness.attention.graph import replay_batches
+from harness.cuda.devices import NoDevice
 from harness.errors import InputError
-from harness.gpu_devices import NoDevice
-from harness.lanes import gpu, gpu_host
+from harness.lanes.gpu import host as gpu_host
+from harness.lanes.gpu import lane as gpu
 from harness.matrix import expand, load_matrix
 from harness.verdict import Stage
 

@@ -1,4 +1,4 @@
-"""harness.gpu_plugin through real pytest runs (subprocesses) against a fake NVIDIA driver:
+"""harness.plugins.gpu through real pytest runs (subprocesses) against a fake NVIDIA driver:
 the one-line refusal, worker -> GPU pinning that reaches the cell processes, and the cells of
 the visible GPU generation only. The fake lane stands in for vLLM; no verdict here is a GPU's."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
-from harness.gpu_devices import REFUSAL
+from harness.cuda.devices import REFUSAL
 
 H100 = "NVIDIA H100 80GB HBM3:9.0"
 A100 = "NVIDIA A100-SXM4-80GB:8.0"
@@ -30,7 +30,7 @@ def _env(driver_dir: Path, devices: str, visible: str | None = None, **extra: st
 
 
 def _run(matrix: Path, report_dir: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = matrix_pytest_argv(matrix, report_dir, "-p", "harness.gpu_plugin", *extra)
+    argv = matrix_pytest_argv(matrix, report_dir, "-p", "harness.plugins.gpu", *extra)
     return subprocess.run(argv, cwd=matrix.parent, env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
@@ -94,7 +94,7 @@ def test_only_this_generations_cells_run(tmp_path: Path, fake_driver_dir: Path) 
     done = _run(matrix, report_dir, _env(fake_driver_dir, f"{H100};{H100}"), "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "(compute capability 9.0): 4 cells for this generation, 8 cells of other generations" in done.stdout
-    # Before any cell: what FlashInfer will compile on first use (harness.flashinfer_jit).
+    # Before any cell: what FlashInfer will compile on first use (harness.cuda.flashinfer_jit).
     assert "dflash-matrix gpu: flashinfer: " in done.stdout
     cells = json.loads((report_dir / "matrix.json").read_text())["cells"]
     assert sorted(cell["id"] for cell in cells) == [
@@ -108,6 +108,6 @@ def test_only_this_generations_cells_run(tmp_path: Path, fake_driver_dir: Path) 
 def test_the_plugin_is_pytest_only(tmp_path: Path) -> None:
     """The plugin module imports neither torch nor vLLM: the worker that loads it must not
     initialise CUDA before it has pinned its device."""
-    probe = "import sys, harness.gpu_plugin; print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))"
+    probe = "import sys, harness.plugins.gpu; print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

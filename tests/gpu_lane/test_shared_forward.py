@@ -18,7 +18,8 @@ import torch
 import vllm  # noqa: F401  (this file runs in a vLLM env only; a broken install must fail, not skip)
 
 from harness.attention.cell import CellSetup, EagerForward, LayerForward, observe_cell
-from harness.lanes import cpu, gpu
+from harness.lanes import cpu
+from harness.lanes.gpu import lane as gpu
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation
 from harness.verdict import Verdict, claim_gap, judge

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.gpu_devices import REFUSAL
+from harness.cuda.devices import REFUSAL
 
 REPO = Path(__file__).resolve().parents[2]
 TOX = shutil.which("tox")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.lanes.contract import Preload
+from harness.contracts.model import Preload
 from harness.matrix import expand, load_matrix
 from harness.runner import supervisor
 from harness.runner.supervisor import CellRunner

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from harness import cli
-from harness.bisection import Uninstallable
 from harness.commands import history as history_command
-from harness.release_envs import ReleaseEnvs
+from harness.releases.bisection import Uninstallable
+from harness.releases.envs import ReleaseEnvs
 from harness.reports.history import CHANGED, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge

@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from harness.lanes.contracts import SELECTION
+from harness.contracts.lanes import SELECTION
 from harness.matrix import expand, load_matrix
 from harness.stages import Stage
 from harness.verdict import Verdict, judge

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.lanes.contract import Preload
-from harness.lanes.contracts import SELECTION
+from harness.contracts.lanes import SELECTION
+from harness.contracts.model import Preload
 from harness.matrix import expand, load_matrix
 from harness.runner.supervisor import CellRunner
 from harness.runner.warm import WarmParent

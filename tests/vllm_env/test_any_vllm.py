@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from harness import stub_driver, vllm_release
 from harness.bundled import matrix_path, shipped_matrices
+from harness.cuda import stub_driver
+from harness.releases import provenance as vllm_release
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.vllm_install import (
+from harness.releases.install import (
     clash_floors,
     exact_torch_constraints,
     may_be_vllm,

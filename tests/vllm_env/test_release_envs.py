@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from harness import release_envs
-from harness.bisection import Uninstallable
-from harness.release_envs import COMPLETE, ReleaseEnvs
+from harness.releases import envs as release_envs
+from harness.releases.bisection import Uninstallable
+from harness.releases.envs import COMPLETE, ReleaseEnvs
 
 
 class FakeInstaller:

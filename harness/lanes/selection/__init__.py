@@ -1,7 +1,7 @@
 """The selection lane: which attention backend a DFlash draft gets on each GPU generation.
 
 It runs the official CUDA build of vLLM on a host without a GPU, with the GPU generation
-simulated (``harness.simulated_cuda``). Per cell it records
+simulated (``harness.cuda.simulated``). Per cell it records
 
 * the claim: the requested backend's own ``validate_configuration`` reasons;
 * the platform's answer for the explicit request in isolation (a backend, or the
@@ -29,12 +29,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from harness.axes import capability_token
-from harness.lanes.contracts import SELECTION, SelectionOptions
+from harness.contracts.lanes import SELECTION, SelectionOptions
+from harness.cuda.simulated import NotSimulatable, SimulatedGpu, install
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
-from harness.simulated_cuda import NotSimulatable, SimulatedGpu, install
+from harness.releases.provenance import vllm_provenance
 from harness.stages import Stage, StageLog
-from harness.vllm_release import vllm_provenance
 
 if TYPE_CHECKING:
     from harness.lanes.selection.session import SimulatedSession

@@ -16,12 +16,12 @@ from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.cell import draft_spec, engine_shape
 from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape, write_draft, write_target
 from harness.attention.draft import EngineShape, engine_config
-from harness.lanes.contracts import SELECTION, SelectionOptions
+from harness.contracts.lanes import SELECTION, SelectionOptions
+from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_reasons
 from harness.matrix import Cell
 from harness.observation import Claim, Failure, Observation, one_line
-from harness.simulated_cuda import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.stages import Stage, StageLog
 
 # The checkpoints' shape: the draft one layer deep behind a four-layer target, so every draft

@@ -10,9 +10,9 @@ trace on the devices it counts.
 pytest-xdist workers each get one device: the controller counts the visible devices once and
 hands worker ``gwN`` the N-th (round-robin when there are more workers than devices); the
 worker writes it into ``CUDA_VISIBLE_DEVICES`` before any process of its own touches CUDA
-(the cell processes it spawns inherit it). See ``harness.gpu_plugin``.
+(the cell processes it spawns inherit it). See ``harness.plugins.gpu``.
 
-    python -m harness.gpu_devices     # one line; exit 0 with the devices, 1 with the refusal
+    python -m harness.cuda.devices     # one line; exit 0 with the devices, 1 with the refusal
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 tox's selection env builds it at setup and puts it on ``LD_LIBRARY_PATH``. An env the user
 already has (``dflash-matrix run selection`` beside their vLLM) has neither, so the harness
-compiles ``harness/native/libcuda_stub.c`` with gcc into a cache folder keyed by the source's
+compiles ``harness/cuda/libcuda_stub.c`` with gcc into a cache folder keyed by the source's
 hash and loads it by path before vLLM is imported: the dynamic linker then resolves every
 later ``libcuda.so.1`` dependency (vLLM's CUDA extensions) to the library already loaded
 under that soname.
@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 STUB_LIBRARY = "libcuda.so.1"
-SOURCE = Path(__file__).parent / "native" / "libcuda_stub.c"
+SOURCE = Path(__file__).parent / "libcuda_stub.c"
 
 
 class StubBuildError(RuntimeError):

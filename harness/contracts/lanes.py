@@ -1,4 +1,4 @@
-"""Every lane's contract (``harness.lanes.contract``): declared here once, as data.
+"""Every lane's contract (``harness.contracts.model``): declared here once, as data.
 
 Imported by every process that loads a matrix, so it imports neither vLLM nor torch: a lane's
 own module (which does, lazily) reads its options and defaults from here.
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.axes import AxisValue, capability_token
-from harness.lanes.contract import (
+from harness.contracts.model import (
     Contract,
     Limit,
     OptionValueError,
@@ -54,6 +54,7 @@ _DRAFT_AXES = (
 
 CPU = Contract(
     name="cpu",
+    module="harness.lanes.cpu",
     # CpuPlatform has no compute capability, no CUDA graphs and no FlashInfer; the target's
     # attention is no axis here either (CpuPlatform hands CPU_ATTN to every request).
     axes=(*_DRAFT_AXES, "loader", "context"),
@@ -95,6 +96,7 @@ class GpuOptions(CpuOptions):
 
 GPU = Contract(
     name="gpu",
+    module="harness.lanes.gpu.lane",
     # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
     axes=("capability", *_DRAFT_AXES, "target_attention", "loader", "cudagraph", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
@@ -131,21 +133,22 @@ class GpuEmulatedOptions(GpuOptions):
 
 
 def _capability_process(cell: Mapping[str, AxisValue]) -> str:
-    """One simulated GPU generation per process (``harness.simulated_cuda``)."""
+    """One simulated GPU generation per process (``harness.cuda.simulated``)."""
     return f"emulated-{capability_token(str(cell.get('capability')))}"
 
 
 # The gpu lane's own code on a simulated GPU generation, vLLM's Triton kernels interpreted on
-# the CPU (``harness.lanes.gpu_emulated``): the gpu lane's axes, one process per generation.
+# the CPU (``harness.lanes.gpu.emulated``): the gpu lane's axes, one process per generation.
 GPU_EMULATED = Contract(
     name="gpu_emulated",
+    module="harness.lanes.gpu.emulated",
     axes=GPU.axes,
     required=("capability", "backend"),
     defaults=GPU.defaults,
     options=GpuEmulatedOptions,
     key=_capability_process,
     # Not transformers.modeling_utils: it imports Triton, whose kernels must see
-    # TRITON_INTERPRET=1 first (harness.interpreted_kernels sets it in the cell process).
+    # TRITON_INTERPRET=1 first (harness.cuda.interpreted_kernels sets it in the cell process).
     preload=Preload(
         modules=("torch", "transformers"),
         why=(
@@ -176,6 +179,7 @@ def _selection_process(cell: Mapping[str, AxisValue]) -> str:
 
 SELECTION = Contract(
     name="selection",
+    module="harness.lanes.selection",
     # Of the family's axes: method, head size, the draft's own KV dtype and the target's
     # attention; no layer layouts (it builds no windowed draft) and no contexts (no kernel runs).
     axes=(
@@ -213,7 +217,7 @@ SELECTION = Contract(
         modules=("torch", "transformers", "transformers.modeling_utils", "ml_dtypes", "openai"),
         optional=frozenset({"ml_dtypes", "openai"}),
         why=(
-            "vLLM is not imported: harness.simulated_cuda installs the simulated CudaPlatform as soon as "
+            "vLLM is not imported: harness.cuda.simulated installs the simulated CudaPlatform as soon as "
             "vllm.platforms executes, before any module binds current_platform, with the process key's "
             "capability, and the variables vLLM reads at import (CUDA_VISIBLE_DEVICES, "
             "VLLM_HAS_FLASHINFER_CUBIN, FLASHINFER_CUBINS_REPOSITORY) are set per cell process first; "
@@ -258,6 +262,7 @@ def _fake_process(cell: Mapping[str, AxisValue]) -> str:
 
 FAKE = Contract(
     name="fake",
+    module="harness.lanes.fake",
     options=FakeOptions,
     key=_fake_process,
     preload=Preload(("harness.lanes.fake",), why="the fake lane imports only the harness core"),

@@ -26,7 +26,7 @@ in the env, where the lanes read it into the run object.
 
 Stdlib only, run by path before the harness itself is installed (tox's ``install_command``)::
 
-    python harness/vllm_install.py [pip install options] REQUIREMENT...
+    python harness/releases/install.py [pip install options] REQUIREMENT...
 
 ``DFLASH_VLLM_OVERRIDES`` (``"flashinfer-python==0.7.4 other==1.2"``) lists the overrides.
 """

@@ -1,6 +1,6 @@
 """One venv per vLLM release, built on demand, reused, and bounded in number (vLLM is ~9 GB).
 
-Used by ``dflash-matrix bisect``: each release is installed once (``harness/vllm_install.py``,
+Used by ``dflash-matrix bisect``: each release is installed once (``harness/releases/install.py``,
 so torch is the CUDA build the release pins), the requested cells run there through
 ``dflash-matrix run`` with this harness on ``PYTHONPATH``, and the least recently used env is
 deleted before a new one would exceed ``keep``. An env counts as built only once its marker
@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.bisection import Signature, Uninstallable
-from harness.vllm_install import OVERRIDES_VARIABLE
+from harness.releases.bisection import Signature, Uninstallable
+from harness.releases.install import OVERRIDES_VARIABLE
 
 HARNESS = Path(__file__).resolve().parent
 COMPLETE = ".dflash-complete"

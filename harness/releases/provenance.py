@@ -26,13 +26,13 @@ def vllm_provenance(distribution: str = "vllm") -> dict[str, str]:
     """Where the installed vLLM came from, for the run object: beyond its version, the wheel
     file or URL, the source path or the commit, and any dependency overrides it was installed
     with. Read from the install itself (PEP 610's direct_url.json, the version's local label,
-    ``harness.vllm_install``'s record), so a user's own env is described as well as tox's."""
+    ``harness.releases.install``'s record), so a user's own env is described as well as tox's."""
     import json
     import re
     import sys
     from pathlib import Path
 
-    from harness.vllm_install import INSTALL_RECORD
+    from harness.releases.install import INSTALL_RECORD
 
     facts: dict[str, str] = {}
     try:

@@ -24,9 +24,9 @@ from harness.errors import EXIT_BAD_INPUT, InputError
 from harness.expectations import ExpectationSet, describe_stale, expectations_for
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, read_journals
 from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.releases.provenance import installed_vllm
 from harness.result import CellResult
 from harness.runner.session import MatrixSession, lane_groups_cells
-from harness.vllm_release import installed_vllm
 
 JOURNAL_DIR = "journal"
 REPORT_FILES = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")

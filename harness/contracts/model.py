@@ -1,6 +1,6 @@
 """What a lane can run, as data: the axes it varies, the values they may take, and its options.
 
-Each lane declares one ``Contract`` (``harness/lanes/contracts.py``); everything else is derived
+Each lane declares one ``Contract`` (``harness/contracts/lanes.py``); everything else is derived
 from it, as nox derives its command line from ``_option_set.py``: the matrix check that every
 process runs in ``load_matrix`` (so ``pytest --matrix``, ``dflash-matrix cells`` and tox refuse a
 matrix the lane cannot run before any cell process starts), the valid choices each refusal
@@ -143,6 +143,7 @@ class Contract:
     """A lane's contract.
 
     name:     the lane's name, ``[matrix] lane`` in a matrix file.
+    module:   the module a cell process imports for the lane's ``create(matrix)``.
     axes:     the axes the lane can vary; any other axis in its matrix is a mistake in the file.
     required: axes its matrices must have (beyond the ones every matrix has).
     defaults: the value an axis takes in a cell when its matrix leaves the axis out, where the
@@ -155,6 +156,7 @@ class Contract:
     """
 
     name: str
+    module: str
     axes: tuple[str, ...] = AXIS_NAMES
     required: tuple[str, ...] = ()
     defaults: Mapping[str, AxisValue] = field(default_factory=dict)

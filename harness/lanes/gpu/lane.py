@@ -10,11 +10,11 @@ sticky CUDA errors. A sticky error (illegal memory access, device-side assert) f
 later CUDA call in its process, so the cell that hit it is a ``crash`` at stage forward and
 the process is marked poisoned: the runner replaces it before the next cell.
 
-One process serves every cell of its worker: ``harness.gpu_plugin`` has already pinned the
+One process serves every cell of its worker: ``harness.plugins.gpu`` has already pinned the
 worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit that.
 
-Layout: this module is the lane (``GpuLane``) and its per-process state; ``gpu_host`` is the
-machine it runs on (the ``Host`` seam, ``CudaHost``, the device check); ``gpu_graphs`` is the
+Layout: this module is the lane (``GpuLane``) and its per-process state; ``host`` is the
+machine it runs on (the ``Host`` seam, ``CudaHost``, the device check); ``graphs`` is the
 CUDA-graph forward (``GraphForward``).
 """
 
@@ -29,15 +29,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.gpu_devices import is_sticky_cuda_error
-from harness.lanes.contracts import GPU, GpuOptions
-from harness.lanes.gpu_graphs import REPLAY_CONTEXT_STEP, V1_GRAPH_RUNTIME, GraphForward
-from harness.lanes.gpu_host import CudaHost, Host, require_device
+from harness.contracts.lanes import GPU, GpuOptions
+from harness.cuda.devices import is_sticky_cuda_error
+from harness.lanes.gpu.graphs import REPLAY_CONTEXT_STEP, V1_GRAPH_RUNTIME, GraphForward
+from harness.lanes.gpu.host import CudaHost, Host, require_device
 from harness.lanes.protocol import Aftermath
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation, one_line
+from harness.releases.provenance import vllm_provenance
 from harness.stages import Stage, StageLog
-from harness.vllm_release import vllm_provenance
 
 
 class _Process:

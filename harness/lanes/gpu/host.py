@@ -2,7 +2,7 @@
 
 A host answers what only the machine knows: its device, capability and environment, whether
 CUDA still synchronises after a failed cell, and how the cell's VllmConfig must be placed.
-``harness.lanes.gpu_emulated`` is the other host: a GPU generation simulated on the CPU.
+``harness.lanes.gpu.emulated`` is the other host: a GPU generation simulated on the CPU.
 Imports torch and vLLM only inside the methods that need them.
 """
 
@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from harness import flashinfer_jit
-from harness.gpu_devices import VISIBLE_DEVICES, DeviceRefusal, NoDevice, driver_release, query_environment
+from harness.cuda import flashinfer_jit
+from harness.cuda.devices import VISIBLE_DEVICES, DeviceRefusal, NoDevice, driver_release, query_environment
 from harness.matrix import Cell
 
 
@@ -35,7 +35,7 @@ def require_device() -> None:
 class Host(Protocol):
     """What the gpu lane asks of the machine it runs on: a real CUDA GPU (``CudaHost``), or a
     GPU generation simulated on the CPU with vLLM's Triton kernels interpreted
-    (``harness.lanes.gpu_emulated``). Everything else is the same code."""
+    (``harness.lanes.gpu.emulated``). Everything else is the same code."""
 
     def start(self, cell: Cell) -> None:
         """Ready the process for ``cell`` (called before every cell; cheap once started)."""
@@ -71,7 +71,7 @@ class Host(Protocol):
 
 
 class CudaHost:
-    """The runner's own CUDA GPU (``tox -e gpu``); ``harness.gpu_plugin`` has pinned it."""
+    """The runner's own CUDA GPU (``tox -e gpu``); ``harness.plugins.gpu`` has pinned it."""
 
     def start(self, cell: Cell) -> None:
         return None

@@ -4,7 +4,7 @@ The selection lane asks vLLM's own CUDA code which attention backend a DFlash dr
 SM80/SM90/SM100/SM120. That code runs on a CPU-only host once three things hold, in order:
 
 1. ``libcuda.so.1`` resolves (vLLM's CUDA extensions link against it): a driver or tox's
-   stub on ``LD_LIBRARY_PATH``, else the stub ``harness.stub_driver`` builds and loads;
+   stub on ``LD_LIBRARY_PATH``, else the stub ``harness.cuda.stub_driver`` builds and loads;
 2. the process environment is pinned *before vLLM is imported*: several vLLM modules read
    it at import time (see ``SimulatedGpu.environment``);
 3. ``vllm.platforms._current_platform`` is a ``CudaPlatform`` whose device queries answer
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from harness.stub_driver import STUB_LIBRARY, StubBuildError, load_libcuda
+from harness.cuda.stub_driver import STUB_LIBRARY, StubBuildError, load_libcuda
 
 _STUB_MARKER = "dflash_matrix_libcuda_stub"
 _DEVICE_MEMORY_BYTES = 80 << 30

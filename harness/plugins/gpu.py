@@ -1,4 +1,4 @@
-"""The gpu lane's pytest plugin, loaded by ``tox -e gpu`` (``pytest -p harness.gpu_plugin``).
+"""The gpu lane's pytest plugin, loaded by ``tox -e gpu`` (``pytest -p harness.plugins.gpu``).
 
 Three jobs, all before any process touches CUDA:
 
@@ -13,7 +13,7 @@ Three jobs, all before any process touches CUDA:
   generations belong to other runners and are deselected (pytest reports how many). A
   generation the matrix does not list is refused, never run against no expectations.
 
-Its report header also says what FlashInfer will compile on first use (``harness.flashinfer_jit``).
+Its report header also says what FlashInfer will compile on first use (``harness.cuda.flashinfer_jit``).
 The device facts (name, capability, driver and CUDA versions) reach the JUnit testsuite
 properties and the run entry in matrix.json's ``runs`` through the lane's ``environment()``.
 """
@@ -25,9 +25,8 @@ from typing import Any
 
 import pytest
 
-from harness import flashinfer_jit
-from harness.errors import EXIT_BAD_INPUT, InputError
-from harness.gpu_devices import (
+from harness.cuda import flashinfer_jit
+from harness.cuda.devices import (
     EXIT_NO_DEVICE,
     VISIBLE_DEVICES,
     DeviceRefusal,
@@ -37,6 +36,7 @@ from harness.gpu_devices import (
     query_environment,
     single_generation,
 )
+from harness.errors import EXIT_BAD_INPUT, InputError
 from harness.matrix import expand, load_matrix
 
 WORKER_DEVICE = "dflash_cuda_visible_devices"

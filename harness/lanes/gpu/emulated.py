@@ -7,9 +7,9 @@ builder, the fp8 query quantization of vLLM's attention layer, CUDA-graph cells 
 dummy metadata and replayed for real batches, the fp32 reference. Only the ``Host`` differs:
 
 - the platform is vLLM's ``CudaPlatform`` with the cell's compute capability simulated
-  (``harness.simulated_cuda``, as the selection lane does; one process per generation);
+  (``harness.cuda.simulated``, as the selection lane does; one process per generation);
 - the device is the CPU, and every host-side patch the kernels need is in one module,
-  ``harness.interpreted_kernels`` (each with its reason and a test that it computes what a GPU
+  ``harness.cuda.interpreted_kernels`` (each with its reason and a test that it computes what a GPU
   computes); the SM count of each generation is an explicit option, ``sm_counts``;
 - CUDA graphs are ``harness.attention.recorded_graphs``: capture records each kernel launch
   (grid, tensors by identity, scalars by value) and replay repeats exactly those;
@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from harness.lanes.contracts import GPU_EMULATED, GpuEmulatedOptions
-from harness.lanes.gpu import GpuLane
+from harness.contracts.lanes import GPU_EMULATED, GpuEmulatedOptions
+from harness.lanes.gpu.lane import GpuLane
 from harness.matrix import Cell, Matrix
 
 # Backends whose kernels can run on the CPU: Triton kernels (interpreted) and FlexAttention,
@@ -55,8 +55,8 @@ class EmulatedHost:
             if capability != self.simulated:
                 raise RuntimeError(f"cell {cell.id} needs SM {capability}, this process simulates {self.simulated}")
             return
-        from harness import interpreted_kernels
-        from harness.simulated_cuda import SimulatedGpu, install
+        from harness.cuda import interpreted_kernels
+        from harness.cuda.simulated import SimulatedGpu, install
 
         interpreted_kernels.prepare()
         gpu = SimulatedGpu(capability, flashinfer_cubin=False)
@@ -115,7 +115,7 @@ class EmulatedHost:
             "sm_counts": ", ".join(
                 f"SM{c.replace('.', '')}={self.options.sm_counts.get(c, 'unset')}" for c in self.capabilities
             ),
-            "host_patches": "harness.interpreted_kernels",
+            "host_patches": "harness.cuda.interpreted_kernels",
         }
 
     def graphs(self) -> Callable[[Any], Any]:
@@ -151,7 +151,7 @@ class EmulatedHost:
 
 
 def create(matrix: Matrix) -> GpuLane:
-    from harness import interpreted_kernels
+    from harness.cuda import interpreted_kernels
 
     # Before anything imports Triton: @triton.jit reads TRITON_INTERPRET when vLLM's kernel
     # modules are imported.

@@ -8,7 +8,7 @@ behaves as the GPU does (bf16/fp8 rounding equal to torch's own casts, bit-exact
 
 Order matters, and ``prepare`` (environment) must run before Triton is imported: ``@triton.jit``
 reads ``TRITON_INTERPRET`` when vLLM's kernel modules are imported. ``apply`` runs after
-``harness.simulated_cuda.install`` (the simulated compute capability) and before any cell.
+``harness.cuda.simulated.install`` (the simulated compute capability) and before any cell.
 
 Measured on Triton 3.8.0 / torch 2.14.0 / vLLM 0.33.0 (``../shared/research/gpu-emulated``).
 """
@@ -189,7 +189,7 @@ def _sm_count(sm_count: int) -> None:
 
 
 def _flashinfer_impl(sm_count: int) -> None:
-    from harness.simulated_cuda import allow_host_flashinfer_impl
+    from harness.cuda.simulated import allow_host_flashinfer_impl
 
     allow_host_flashinfer_impl(sm_count)
     _record(
