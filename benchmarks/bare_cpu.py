@@ -69,8 +69,8 @@ class BareProcess:
         from vllm.config import set_current_vllm_config
 
         from harness.attention import draft as vllm_draft
-        from harness.attention.cell import draft_attention_config
         from harness.attention.checkpoint import DraftSpec, write_draft
+        from harness.attention.draft import draft_attention_config
         from harness.attention.paged import Batch, random_inputs, run_eager
         from harness.attention.reference import reference_attention
 
@@ -82,7 +82,7 @@ class BareProcess:
         truth = self.drafts[spec]
         dtype_name = str(cell.get("dtype", "bfloat16"))
         dtype = getattr(torch, dtype_name)
-        engine = vllm_draft.EngineShape(
+        engine = vllm_draft.EngineSettings(
             kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")), block_size=CPU_BLOCK_SIZE
         )
         config = vllm_draft.engine_config(self.target_path, truth.path, cell.requested_backend, dtype_name, engine)
@@ -98,7 +98,7 @@ class BareProcess:
             layers = vllm_draft.attention_layers(draft.model)
             vllm_draft.settle_kv_cache(config, layers)
             # The metadata builders get the engine's config with the draft's causality and backend.
-            attention_config = draft_attention_config(config, truth, cell.requested_backend)
+            attention_config = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
             batch = Batch(query_len=engine.num_speculative_tokens + 1)
             shape = truth.shape
             for index, attn in enumerate(layers):
@@ -133,7 +133,7 @@ class BareProcess:
                 twin = vllm_draft.load_draft("v1", self.targets[dtype_name], twin_config, torch.device("cpu"))
                 twin_layers = vllm_draft.attention_layers(twin.model)
                 vllm_draft.settle_kv_cache(twin_config, twin_layers)
-                twin_attention = draft_attention_config(twin_config, truth, cell.requested_backend)
+                twin_attention = draft_attention_config(twin_config, truth.any_non_causal, cell.requested_backend)
                 for index, (attn, (inputs, output)) in enumerate(zip(twin_layers, runs, strict=True)):
                     theirs = run_eager(
                         attn, twin_attention, batch, inputs, twin.causal[index], torch.device("cpu"), lambda stage: None

@@ -1,33 +1,43 @@
-"""One DFlash draft cell, device-agnostic: the cell's VllmConfig, the platform's choice and the
-backend's claim, the real draft loader, the backend every draft attention layer carries, one
-forward pass of each layer through its backend impl, and the fp32 reference; a loader-v2 cell
-also builds Model Runner V1's draft of the same checkpoint and compares the two (differential.py).
+"""One DFlash draft cell, device-agnostic, as named steps that pass data:
 
-What differs between devices enters through ``CellSetup``: the device, how a cell's config is
-made, and ``LayerForward`` (eager on the CPU; eager or a replayed CUDA graph on a GPU). The
-cpu and gpu lanes both run this one copy. Imports vLLM lazily; only a lane's cell process calls it.
+    configure -> select -> build -> prepare -> (run_layer -> compare_layer) per layer -> differential
+
+``configure`` makes the cell's VllmConfig; ``select`` asks the platform which backend each
+draft layer gets and what the requested backend claims; ``build`` loads the target and the
+draft through the real loader and reads the backend and KV-cache dtype every draft layer
+carries (a request lost on the way ends the cell there); ``prepare`` settles the KV cache and
+asks the forward whether vLLM would run the layers this way; ``run_layer`` runs one layer
+through its backend impl and ``compare_layer`` holds its output against the fp32 reference; a
+loader-v2 cell then builds Model Runner V1's draft of the same checkpoint and compares the two
+(``differential``). Each step takes plain inputs and returns the next step's input, or the
+cell's final Observation where the cell ends.
+
+A lane hands in a ``CellPlan`` (settings: device, seed, contexts, the engine settings of the
+cell and of the target, graph tokens, tolerance; and the ``LayerForward`` it runs layers with:
+eager on the CPU, eager or a replayed CUDA graph on a GPU) and the process's ``Workspace``
+(checkpoints, one target per dtype). The cpu, gpu and gpu-emulated lanes all run this one
+copy. Imports vLLM lazily; only a lane's cell process calls it.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 
 from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.differential import v1_differential
-from harness.attention.draft import EngineShape
+from harness.attention.draft import EngineSettings
 from harness.attention.paged import Batch, Inputs
+from harness.attention.workspace import Workspace
 from harness.axes import DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
-from harness.observation import Claim, Observation, one_line
+from harness.observation import Claim, LoaderDifferential, Observation, one_line
 from harness.stages import Stage, StageLog
 
 # KV-cache dtypes the reference rounds K and V through: the harness's own reading of the
@@ -39,18 +49,6 @@ _KV_REFERENCE_DTYPES = {
     "fp8_e4m3": torch.float8_e4m3fn,
     "fp8_e5m2": torch.float8_e5m2,
 }
-
-
-class DraftSource(Protocol):
-    """Per-process state a lane keeps: the checkpoints and one target per dtype."""
-
-    target_path: Path
-
-    def draft(self, spec: DraftSpec, head_size: int | None) -> DraftTruth:
-        """The draft checkpoint for ``spec`` with that head size (None: the lane's own)."""
-        ...
-
-    def target(self, dtype: str, config: Callable[[], Any]) -> Any: ...
 
 
 class LayerForward(Protocol):
@@ -74,18 +72,26 @@ class LayerForward(Protocol):
         ...
 
 
-ConfigFactory = Callable[[Path, Path, str | None, str], Any]
-
-
 @dataclass(frozen=True)
-class CellSetup:
+class CellPlan:
+    """What a lane hands the flow for one cell: settings, and the forward it runs layers with.
+
+    engine:        the cell's engine settings (its KV dtypes, block size, target attention, ...).
+    target_engine: the settings of the config the target is built under, once per dtype (the
+                   target's attention never runs: no draft-side setting may be blamed on it).
+    graph_tokens:  FULL decode CUDA graphs captured for that many tokens (None: eager).
+    tolerance:     the max abs error the layer outputs may show against the reference.
+    """
+
     device: torch.device
     seed: int
     context_lens: tuple[int, ...]  # per request, already chosen for the cell's context axis
     query_len: int
-    config: ConfigFactory  # (target, draft, requested backend, dtype) -> VllmConfig for this cell
-    target_config: Callable[[Path, Path, str], Any]  # (target, draft, dtype) -> the target's own config
+    engine: EngineSettings
+    target_engine: EngineSettings
     forward: LayerForward
+    tolerance: float | None
+    graph_tokens: int | None = None
 
 
 class EagerForward:
@@ -121,19 +127,6 @@ def kv_reference_dtype(kv_cache_dtype: str) -> torch.dtype | None:
     return _KV_REFERENCE_DTYPES.get(kv_cache_dtype)
 
 
-def draft_attention_config(vllm_config: Any, truth: DraftTruth, requested: str | None) -> Any:
-    """The config the draft's attention metadata builders get, as Model Runner V2's DFlash
-    speculator makes it (``attn_vllm_config``): the engine's, with the draft's causality and
-    backend. FlashInfer's CUDA-graph support depends on ``use_non_causal``."""
-    from vllm.config import replace
-
-    config = copy.copy(vllm_config)
-    config.attention_config = replace(
-        vllm_config.attention_config, use_non_causal=truth.any_non_causal, backend=requested
-    )
-    return config
-
-
 # context = "long": contexts past the kernels' split-KV / multi-tile thresholds.
 # - TRITON_ATTN (vLLM 0.33.0, triton_unified_attention.py) takes its 3D split-KV path (16
 #   softmax segments, NUM_PAR_SOFTMAX_SEGMENTS) only for causal batches of at most 8 query
@@ -151,11 +144,11 @@ def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
     return LONG_CONTEXT_LENS if cell.get("context", "short") == "long" else short
 
 
-def engine_shape(cell: Cell, base: EngineShape | None = None) -> EngineShape:
+def engine_settings(cell: Cell, base: EngineSettings | None = None) -> EngineSettings:
     """The engine settings a cell asks for: its KV dtypes, the target's attention, the method,
     and a model length that holds its contexts. A target left to auto keeps ``base``'s (a
     lane option, e.g. the selection lane's ``target_backend``)."""
-    base = base or EngineShape()
+    base = base or EngineSettings()
     target = str(cell.get("target_attention", "auto"))
     draft_kv = str(cell.get("draft_kv_cache_dtype", "target"))
     per_kind: tuple[tuple[str, str], ...] = ()
@@ -191,182 +184,327 @@ def draft_spec(cell: Cell) -> tuple[DraftSpec, int | None]:
     return spec, None if head_size is None else int(head_size)
 
 
-def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
-    return tensors if dtype is None else tuple(t.to(dtype).float() for t in tensors)
+@dataclass
+class Laps:
+    """Seconds each step took, in the order they ran (the cell's ``details.timings_s``)."""
+
+    timings: dict[str, float] = field(default_factory=dict)
+    _last: float = field(default_factory=time.perf_counter)
+
+    def __call__(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timings[name] = round(now - self._last, 4)
+        self._last = now
 
 
-def observe_cell(
-    cell: Cell, source: DraftSource, setup: CellSetup, stages: StageLog, tolerance: float | None
-) -> Observation:
-    """Try one cell; expected refusals are facts, any other exception escapes to the lane.
-    ``tolerance`` is the max abs error the layer outputs may show against the reference."""
-    from vllm.config import set_current_vllm_config
+@dataclass(frozen=True)
+class Configured:
+    """The cell's draft and VllmConfig. ``details`` is the cell's record, filled by later steps."""
 
+    requested: str | None
+    loader: str
+    dtype_name: str
+    kv_cache_dtype: str
+    spec: DraftSpec
+    truth: DraftTruth
+    config: Any
+    details: dict[str, Any]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        dtype: torch.dtype = getattr(torch, self.dtype_name)
+        return dtype
+
+    def refused(self, exc: Exception) -> Observation:
+        return Observation(self.requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=self.details)
+
+
+@dataclass(frozen=True)
+class Selected:
+    choices: tuple[str, ...]  # per draft layer: a windowed and a full layer are selected apart
+    claim: Claim
+
+
+@dataclass(frozen=True)
+class Built:
+    draft: Any  # harness.attention.draft.LoadedDraft
+    layers: list[Any]
+    kv_cache_dtype: str  # the draft's own, as the speculative config resolves it
+    base: Observation  # the cell's observation up to here: backends, claim, lost settings
+
+
+@dataclass(frozen=True)
+class Ready:
+    attention_config: Any  # the config the draft's metadata builders get
+    batches: tuple[Batch, ...]
+    kv_rounding: torch.dtype | None  # what the reference rounds K and V through
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    runs: list[tuple[Batch, Inputs]]
+    outputs: list[torch.Tensor]
+
+
+def cell_config(
+    settings: EngineSettings,
+    workspace: Workspace,
+    truth: DraftTruth,
+    requested: str | None,
+    dtype: str,
+    graph_tokens: int | None = None,
+) -> Any:
+    """The VllmConfig for ``settings`` over the workspace's target and the cell's draft."""
+    from harness.attention.draft import engine_config
+
+    return engine_config(workspace.target_path, truth.path, requested, dtype, settings, graph_tokens=graph_tokens)
+
+
+def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> Configured | Observation:
+    """The cell's draft checkpoint and VllmConfig, or why the cell ends before selection."""
     from harness.attention import draft as vllm_draft
     from harness.attention.apis import ApiUnavailable, vllm_apis
-    from harness.attention.paged import quantizes_query, random_inputs
-    from harness.attention.reference import reference_attention
 
     requested = cell.requested_backend
-    dtype_name = str(cell.get("dtype", "bfloat16"))
-    dtype = getattr(torch, dtype_name)
     loader = str(cell.get("loader", "v2"))
-    kv_cache_dtype = str(cell.get("kv_cache_dtype", "auto"))
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = round(now - clock, 4)
-        clock = now
-
-    stages(Stage.CONFIG)
     # A release without an entry point this flow calls (or without the requested backend) is
     # unavailable here, as in every lane, never a crash blamed on the backend.
     missing = vllm_apis().missing_for_draft_cell(loader, requested)
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
     spec, head_size = draft_spec(cell)
-    truth = source.draft(spec, head_size)
-    shape = truth.shape
-    details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": timings}
+    truth = workspace.draft(spec, head_size)
+    details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
+    dtype_name = str(cell.get("dtype", "bfloat16"))
     try:
-        config = setup.config(source.target_path, truth.path, requested, dtype_name)
+        config = cell_config(plan.engine, workspace, truth, requested, dtype_name, plan.graph_tokens)
     except ApiUnavailable as why:
         return Observation(requested, unavailable=str(why), details=details)
     except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
         return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
-    lap("config")
+    laps("config")
     if loader == "v1" and (refusal := vllm_draft.v1_refusal(config)) is not None:
         return Observation(requested, rejection=(refusal,), details=details)
+    kv_cache_dtype = str(cell.get("kv_cache_dtype", "auto"))
+    return Configured(requested, loader, dtype_name, kv_cache_dtype, spec, truth, config, details)
 
-    stages(Stage.SELECT)
-    layer_count = truth.shape.draft_layers
-    # Under the cell's config: FlashInfer's sink claim reads the current config (and asserts it).
-    with set_current_vllm_config(config):
-        try:
-            # Per layer: a windowed and a full layer of one hybrid draft are selected apart.
-            choices = tuple(
-                vllm_draft.platform_choice(requested, truth, dtype, config, layer) for layer in range(layer_count)
-            )
-        except ValueError as exc:
-            return Observation(requested, rejection=(one_line(f"{type(exc).__name__}: {exc}"),), details=details)
-        # The claim of the backend that was asked for; under auto-selection nobody asked
-        # for one, so the claim is that of the backend the platform picked.
-        claim = vllm_draft.backend_claim(requested or choices[0], truth, dtype, config)
-    lap("select")
 
+def select(cell: Configured) -> Selected | Observation:
+    """The platform's backend for each draft layer and the requested backend's claim. Runs under
+    the cell's config: FlashInfer's sink claim reads the current config (and asserts it)."""
+    from harness.attention import draft as vllm_draft
+
+    try:
+        choices = tuple(
+            vllm_draft.platform_choice(cell.requested, cell.truth, cell.dtype, cell.config, layer)
+            for layer in range(cell.truth.shape.draft_layers)
+        )
+    except ValueError as exc:
+        return cell.refused(exc)
+    # The claim of the backend that was asked for; under auto-selection nobody asked for one,
+    # so the claim is that of the backend the platform picked.
+    return Selected(
+        choices, vllm_draft.backend_claim(cell.requested or choices[0], cell.truth, cell.dtype, cell.config)
+    )
+
+
+def target_model(cell: Configured, plan: CellPlan, workspace: Workspace) -> Any:
+    """The target for the cell's dtype: built once per process, under a config of its own
+    (whatever draft it names)."""
+    from harness.attention.draft import load_target
+
+    if cell.dtype_name not in workspace.targets:
+        config = cell_config(plan.target_engine, workspace, cell.truth, None, cell.dtype_name)
+        workspace.targets[cell.dtype_name] = load_target(config)
+    return workspace.targets[cell.dtype_name]
+
+
+def build(cell: Configured, selected: Selected, target: Any, plan: CellPlan) -> Built | Observation:
+    """The draft through the real loader, and what each of its attention layers carries. A
+    layer carrying another backend or KV-cache dtype than the request ends the cell: numbers
+    from a backend nobody selected would be evidence of nothing. Runs under the cell's config."""
+    from harness.attention import draft as vllm_draft
+
+    try:
+        draft = vllm_draft.load_draft(cell.loader, target, cell.config, plan.device, cell.spec.method)
+    except vllm_draft.LoaderUnavailable as exc:
+        return Observation(cell.requested, unavailable=one_line(exc), details=cell.details)
+    layers = vllm_draft.attention_layers(draft.model)
+    observed = tuple(vllm_draft.layer_backend(attn) for attn in layers)
+    wanted_kv = vllm_draft.draft_cache_dtype(cell.config)
+    lost = tuple(
+        f"{attn.layer_name} has kv_cache_dtype {got}, the draft asked for {wanted_kv}"
+        for attn in layers
+        if (got := vllm_draft.layer_kv_cache_dtype(attn)) != wanted_kv
+    )
+    choices = selected.choices
+    base = Observation(
+        requested_backend=cell.requested,
+        platform_choice=choices[0],
+        layer_choices=choices if len(set(choices)) > 1 else (),
+        observed_backends=observed,
+        lost_settings=lost,
+        claim=selected.claim,
+        details=cell.details,
+    )
+    if lost or any(backend != choice for backend, choice in zip(observed, choices, strict=True)):
+        cell.details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects " + (
+            ", ".join(choices)
+        )
+        return base
+    return Built(draft, layers, wanted_kv, base)
+
+
+def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observation:
+    """The draft's KV cache settled as the engine settles it, and vLLM's own answer on whether
+    it would run these layers this way. Runs under the cell's config."""
+    from harness.attention import draft as vllm_draft
+
+    vllm_draft.settle_kv_cache(cell.config, built.layers)
+    attention_config = vllm_draft.draft_attention_config(cell.config, cell.truth.any_non_causal, cell.requested)
+    refusals = [why for why in (plan.forward.refusal(attn, attention_config) for attn in built.layers) if why]
+    if refusals:
+        # The backend's claim covers the configuration; for a graph cell vLLM's own answer on
+        # graphs (the builder's declared CUDA-graph support) is part of it, so a cell refused
+        # for graphs is no over-claim.
+        reasons = tuple(dict.fromkeys(refusals))
+        claim = built.base.claim
+        return dataclasses.replace(
+            built.base, rejection=reasons, claim=Claim(False, (claim.reasons if claim else ()) + reasons)
+        )
+    batches = plan.forward.batches(Batch(context_lens=plan.context_lens, query_len=plan.query_len))
+    kv = built.kv_cache_dtype if built.kv_cache_dtype != "auto" else cell.kv_cache_dtype
+    return Ready(attention_config, batches, kv_reference_dtype(kv))
+
+
+def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: CellPlan, stages: StageLog) -> LayerRun:
+    """Draft layer ``index`` through its backend, on random inputs drawn from the cell's seed."""
+    from harness.attention.paged import random_inputs
+
+    shape = cell.truth.shape
+    runs = [
+        (b, random_inputs(b, shape.heads, shape.kv_heads, shape.head_dim, cell.dtype, plan.seed + index + 7919 * k))
+        for k, b in enumerate(ready.batches)
+    ]
+    attn = built.layers[index]
+    return LayerRun(runs, plan.forward.run(attn, ready.attention_config, runs, built.draft.causal[index], stages))
+
+
+def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
+    return tensors if dtype is None else tuple(t.to(dtype).float() for t in tensors)
+
+
+def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run: LayerRun) -> dict[str, Any]:
+    """Layer ``index``'s outputs against the fp32 reference, which takes scale, sinks, window
+    and causality from what the harness wrote, never from the backend: the layer's record."""
+    from harness.attention.paged import quantizes_query
+    from harness.attention.reference import reference_attention
+
+    attn, truth = built.layers[index], cell.truth
+    # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
+    # the reference rounds it the same way, as it rounds K and V for an fp8 cache.
+    query_rounding = torch.float8_e4m3fn if quantizes_query(attn) else None
+    batch_errors = []
+    for (batch, inputs), output in zip(run.runs, run.outputs, strict=True):
+        expected = reference_attention(
+            _rounded((inputs.query,), query_rounding)[0],
+            _rounded(inputs.keys, ready.kv_rounding),
+            _rounded(inputs.values, ready.kv_rounding),
+            [batch.query_len] * len(batch.context_lens),
+            scale=truth.scale,
+            causal=truth.layer_causal(index),
+            sinks=truth.layer_sinks(index),
+            window=truth.layer_window(index),
+        )
+        batch_errors.append(float((output.float().cpu() - expected).abs().max()))
+    return {
+        "layer": attn.layer_name,
+        "impl": type(attn.impl).__name__,
+        "max_abs_err": _worst(batch_errors),
+        "batches": [
+            {"context_lens": list(b.context_lens), "max_abs_err": e}
+            for (b, _), e in zip(run.runs, batch_errors, strict=True)
+        ],
+        "query_quantized": query_rounding is not None,
+    }
+
+
+def _worst(errors: Sequence[float]) -> float:
+    # max() would let a NaN from one layer or batch hide behind a finite error of another.
+    return next((e for e in errors if math.isnan(e)), max(errors))
+
+
+def differential(
+    cell: Configured,
+    target: Any,
+    built: Built,
+    runs: Sequence[LayerRun],
+    plan: CellPlan,
+    workspace: Workspace,
+    stages: StageLog,
+) -> LoaderDifferential:
+    """Model Runner V1's draft of the same checkpoint, built under a config of its own made as the
+    cell's (layers register in the config they are built under), fed the V2 layers' inputs."""
     stages(Stage.BUILD)
-    target = source.target(dtype_name, lambda: setup.target_config(source.target_path, truth.path, dtype_name))
-    lap("target")
-    with set_current_vllm_config(config):
-        try:
-            draft = vllm_draft.load_draft(loader, target, config, setup.device, spec.method)
-        except vllm_draft.LoaderUnavailable as exc:
-            return Observation(requested, unavailable=one_line(exc), details=details)
-        lap("draft")
-        layers = vllm_draft.attention_layers(draft.model)
-        observed = tuple(vllm_draft.layer_backend(attn) for attn in layers)
-        wanted_kv = vllm_draft.draft_cache_dtype(config)
-        lost = tuple(
-            f"{attn.layer_name} has kv_cache_dtype {got}, the draft asked for {wanted_kv}"
-            for attn in layers
-            if (got := vllm_draft.layer_kv_cache_dtype(attn)) != wanted_kv
-        )
-        base = Observation(
-            requested_backend=requested,
-            platform_choice=choices[0],
-            layer_choices=choices if len(set(choices)) > 1 else (),
-            observed_backends=observed,
-            lost_settings=lost,
-            claim=claim,
-            details=details,
-        )
-        if lost or any(backend != choice for backend, choice in zip(observed, choices, strict=True)):
-            # The request was lost on its way to the layers: that is the verdict, and
-            # numbers from a backend nobody selected would be evidence of nothing.
-            details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects " + (
-                ", ".join(choices)
-            )
-            return base
-        vllm_draft.settle_kv_cache(config, layers)
-        attention_config = draft_attention_config(config, truth, requested)
-        refusals = [why for why in (setup.forward.refusal(attn, attention_config) for attn in layers) if why]
-        if refusals:
-            # The backend's claim covers the configuration; for a graph cell vLLM's own answer
-            # on graphs (the builder's declared CUDA-graph support) is part of it, so a cell
-            # refused for graphs is no over-claim.
-            reasons = tuple(dict.fromkeys(refusals))
-            return dataclasses.replace(
-                base, rejection=reasons, claim=Claim(False, (claim.reasons if claim else ()) + reasons)
-            )
-        batches = setup.forward.batches(Batch(context_lens=setup.context_lens, query_len=setup.query_len))
-        shape = truth.shape
-        kv_rounding = kv_reference_dtype(wanted_kv if wanted_kv != "auto" else kv_cache_dtype)
-        per_layer = []
-        errors = []
-        layer_runs, layer_outputs = [], []
-        for index, attn in enumerate(layers):
-            runs = [
-                (b, random_inputs(b, shape.heads, shape.kv_heads, shape.head_dim, dtype, setup.seed + index + 7919 * k))
-                for k, b in enumerate(batches)
-            ]
-            outputs = setup.forward.run(attn, attention_config, runs, draft.causal[index], stages)
-            layer_runs.append(runs)
-            layer_outputs.append(outputs)
-            lap(f"forward_{index}")
+    return v1_differential(
+        cell_config(plan.engine, workspace, cell.truth, cell.requested, cell.dtype_name, plan.graph_tokens),
+        target,
+        plan.device,
+        cell.spec.method,
+        cell.truth.any_non_causal,
+        cell.requested,
+        plan.forward,
+        built.layers,
+        [run.runs for run in runs],
+        [run.outputs for run in runs],
+        stages,
+    )
+
+
+def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: StageLog) -> Observation:
+    """Try one cell; expected refusals are facts, any other exception escapes to the lane."""
+    from vllm.config import set_current_vllm_config
+
+    laps = Laps()
+    stages(Stage.CONFIG)
+    configured = configure(cell, plan, workspace, laps)
+    if isinstance(configured, Observation):
+        return configured
+    stages(Stage.SELECT)
+    with set_current_vllm_config(configured.config):
+        selected = select(configured)
+    if isinstance(selected, Observation):
+        return selected
+    laps("select")
+    stages(Stage.BUILD)
+    target = target_model(configured, plan, workspace)
+    laps("target")
+    with set_current_vllm_config(configured.config):
+        built = build(configured, selected, target, plan)
+        if isinstance(built, Observation):
+            return built
+        laps("draft")
+        ready = prepare(configured, built, plan)
+        if isinstance(ready, Observation):
+            return ready
+        runs, records = [], []
+        for index in range(len(built.layers)):
+            runs.append(run_layer(index, configured, built, ready, plan, stages))
+            laps(f"forward_{index}")
             stages(Stage.COMPARE)
-            # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
-            # the reference rounds it the same way, as it rounds K and V for an fp8 cache.
-            query_rounding = torch.float8_e4m3fn if quantizes_query(attn) else None
-            batch_errors = []
-            for (batch, inputs), output in zip(runs, outputs, strict=True):
-                expected = reference_attention(
-                    _rounded((inputs.query,), query_rounding)[0],
-                    _rounded(inputs.keys, kv_rounding),
-                    _rounded(inputs.values, kv_rounding),
-                    [batch.query_len] * len(batch.context_lens),
-                    scale=truth.scale,
-                    causal=truth.layer_causal(index),
-                    sinks=truth.layer_sinks(index),
-                    window=truth.layer_window(index),
-                )
-                batch_errors.append(float((output.float().cpu() - expected).abs().max()))
-            lap(f"compare_{index}")
-            error = next((e for e in batch_errors if math.isnan(e)), max(batch_errors))
-            errors.append(error)
-            per_layer.append(
-                {
-                    "layer": attn.layer_name,
-                    "impl": type(attn.impl).__name__,
-                    "max_abs_err": error,
-                    "batches": [
-                        {"context_lens": list(b.context_lens), "max_abs_err": e}
-                        for (b, _), e in zip(runs, batch_errors, strict=True)
-                    ],
-                    "query_quantized": query_rounding is not None,
-                }
-            )
-    details["layers"] = per_layer
-    details["kv_cache_layout"] = config.cache_config.kv_cache_layout
-    details["block_size"] = config.cache_config.block_size
-    differential = None
-    if loader == "v2":
-        stages(Stage.BUILD)
-        differential = v1_differential(
-            setup.config(source.target_path, truth.path, requested, dtype_name),
-            target,
-            setup.device,
-            spec.method,
-            lambda v1_config: draft_attention_config(v1_config, truth, requested),
-            setup.forward,
-            layers,
-            layer_runs,
-            layer_outputs,
-            stages,
-        )
-        lap("loader_differential")
-    # max() would let a NaN from one layer hide behind a finite error of another.
-    worst = next((e for e in errors if math.isnan(e)), max(errors))
-    return dataclasses.replace(base, max_abs_err=worst, tolerance=tolerance, loader_differential=differential)
+            records.append(compare_layer(index, configured, built, ready, runs[-1]))
+            laps(f"compare_{index}")
+    details = configured.details
+    details.update(
+        layers=records,
+        kv_cache_layout=configured.config.cache_config.kv_cache_layout,
+        block_size=configured.config.cache_config.block_size,
+    )
+    loader_differential = None
+    if configured.loader == "v2":
+        loader_differential = differential(configured, target, built, runs, plan, workspace, stages)
+        laps("loader_differential")
+    worst = _worst([record["max_abs_err"] for record in records])
+    return dataclasses.replace(
+        built.base, max_abs_err=worst, tolerance=plan.tolerance, loader_differential=loader_differential
+    )

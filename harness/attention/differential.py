@@ -14,7 +14,7 @@ Imports vLLM lazily; only the shared cell flow calls it, inside a cell process.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -65,7 +65,8 @@ def v1_differential(
     target: Any,
     device: torch.device,
     method: str,
-    attention_config: Callable[[Any], Any],
+    any_non_causal: bool,
+    requested: str | None,
     forward: LayerRunner,
     v2_layers: Sequence[Any],
     v2_runs: Sequence[LayerRuns],
@@ -74,7 +75,8 @@ def v1_differential(
 ) -> LoaderDifferential:
     """Model Runner V1's draft, built under ``config`` (a VllmConfig of its own, made as the
     cell's: layers register in the config they are built under), against the V2 draft's
-    layer outputs. ``attention_config`` makes the metadata builders' config from ``config``."""
+    layer outputs. Its metadata builders get the config the V2 draft's got
+    (``draft_attention_config``: the draft's causality and requested backend)."""
     from vllm.config import set_current_vllm_config
 
     from harness.attention import draft as vllm_draft
@@ -90,7 +92,7 @@ def v1_differential(
             return LoaderDifferential(not_comparable=one_line(exc))
         layers = vllm_draft.attention_layers(twin.model)
         vllm_draft.settle_kv_cache(config, layers)
-        builders_config = attention_config(config)
+        builders_config = vllm_draft.draft_attention_config(config, any_non_causal, requested)
         refusals = [why for why in (forward.refusal(attn, builders_config) for attn in layers) if why]
         if refusals:
             return LoaderDifferential(not_comparable="V1's draft would not run this way: " + "; ".join(refusals))

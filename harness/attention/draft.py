@@ -8,6 +8,7 @@ Device-agnostic: the lane passes the device and owns everything platform-specifi
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ LOADERS = ("v1", "v2")
 
 
 @dataclass(frozen=True)
-class EngineShape:
+class EngineSettings:
     """Engine settings every cell shares.
 
     ``block_size`` None leaves the choice to vLLM, as a user who does not pass
@@ -64,7 +65,7 @@ def engine_config(
     draft: Path,
     requested: str | None,
     dtype: str,
-    shape: EngineShape = EngineShape(),
+    settings: EngineSettings = EngineSettings(),
     graph_tokens: int | None = None,
 ) -> Any:
     """The VllmConfig an engine would build for this cell (no engine is started).
@@ -79,19 +80,19 @@ def engine_config(
     from vllm.engine.arg_utils import EngineArgs
 
     speculative: dict[str, object] = {
-        "method": SPECULATIVE_METHOD[shape.method],
+        "method": SPECULATIVE_METHOD[settings.method],
         "model": str(draft),
-        "num_speculative_tokens": shape.num_speculative_tokens,
+        "num_speculative_tokens": settings.num_speculative_tokens,
     }
     if requested is not None:
         speculative["attention_backend"] = requested
-    if shape.draft_kv_cache_dtype is not None:
-        speculative["kv_cache_dtype"] = shape.draft_kv_cache_dtype
+    if settings.draft_kv_cache_dtype is not None:
+        speculative["kv_cache_dtype"] = settings.draft_kv_cache_dtype
     attention: dict[str, Any] = {}
-    if shape.target_backend is not None:
-        attention["backend"] = shape.target_backend
-    if shape.target_backend_per_kind:
-        attention["backend_per_kind"] = dict(shape.target_backend_per_kind)
+    if settings.target_backend is not None:
+        attention["backend"] = settings.target_backend
+    if settings.target_backend_per_kind:
+        attention["backend_per_kind"] = dict(settings.target_backend_per_kind)
     graphs: dict[str, Any] = {}
     if attention:
         graphs["attention_config"] = attention
@@ -104,16 +105,16 @@ def engine_config(
         args = EngineArgs(
             model=str(target),
             speculative_config=speculative,
-            load_format=shape.load_format,
+            load_format=settings.load_format,
             enforce_eager=graph_tokens is None,
-            max_model_len=shape.max_model_len,
-            max_num_seqs=shape.max_num_seqs,
-            max_num_batched_tokens=shape.max_model_len,
+            max_model_len=settings.max_model_len,
+            max_num_seqs=settings.max_num_seqs,
+            max_num_batched_tokens=settings.max_model_len,
             skip_tokenizer_init=True,
             dtype=dtype,
-            block_size=shape.block_size,
-            kv_cache_memory_bytes=shape.kv_cache_memory_bytes,
-            kv_cache_dtype=shape.kv_cache_dtype,
+            block_size=settings.block_size,
+            kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
+            kv_cache_dtype=settings.kv_cache_dtype,
             **graphs,
         )
         config = args.create_engine_config()
@@ -121,7 +122,7 @@ def engine_config(
         if (gap := config_gap(error)) is not None:
             raise ApiUnavailable(gap) from None
         raise
-    return config if shape.device is None else on_device(config, shape.device)
+    return config if settings.device is None else on_device(config, settings.device)
 
 
 def on_device(vllm_config: Any, device: str) -> Any:
@@ -131,6 +132,17 @@ def on_device(vllm_config: Any, device: str) -> Any:
     vllm_config.device_config.device_type = device
     vllm_config.load_config.device = device
     return vllm_config
+
+
+def draft_attention_config(vllm_config: Any, any_non_causal: bool, requested: str | None) -> Any:
+    """The config the draft's attention metadata builders get, as Model Runner V2's DFlash
+    speculator makes it (``attn_vllm_config``): the engine's, with the draft's causality and
+    backend. FlashInfer's CUDA-graph support depends on ``use_non_causal``."""
+    from vllm.config import replace
+
+    config = copy.copy(vllm_config)
+    config.attention_config = replace(vllm_config.attention_config, use_non_causal=any_non_causal, backend=requested)
+    return config
 
 
 def init_single_process_group(root: Path, backend: str) -> None:

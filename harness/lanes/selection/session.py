@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.attention.apis import ApiUnavailable, vllm_apis
-from harness.attention.cell import draft_spec, engine_shape
+from harness.attention.cell import draft_spec, engine_settings
 from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape, write_draft, write_target
-from harness.attention.draft import EngineShape, engine_config
+from harness.attention.draft import EngineSettings, engine_config
+from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.lanes.selection.census import census, not_in_matrix
@@ -83,10 +83,7 @@ class SimulatedSession:
         self._flashinfer_host_ready = False
         self.enum_census = census(self.apis.enum)
         self.not_in_matrix = not_in_matrix(self.enum_census, matrix_backends)
-        # vLLM's loader calls gc.collect() twice per model; with the imported world frozen
-        # those passes only walk what the build allocated (benchmarks/README.md has the figures).
-        gc.collect()
-        gc.freeze()
+        freeze_process_state()
 
     # -- one cell ---------------------------------------------------------
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
@@ -274,13 +271,13 @@ class SimulatedSession:
         device cpu: the simulated CUDA platform would put the model on "cuda"."""
         spec, _ = draft_spec(cell)
         truth = self.checkpoints.draft(spec, self.head_size(cell))
-        base = EngineShape(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
+        base = EngineSettings(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
         return engine_config(
             self.checkpoints.target,
             truth.path,
             cell.requested_backend,
             str(SELECTION.value(cell.values, "dtype")),
-            engine_shape(cell, base),
+            engine_settings(cell, base),
         )
 
     def _target(self) -> Any:
