@@ -32,6 +32,11 @@ DRAFT_KV_CACHE_DTYPES = ("target", "auto", "bfloat16", "float16", "fp8", "fp8_e4
 # every layer); mixed_native: the same layers without dflash_config.causal, so each layer's
 # causality comes from its type (vLLM: sliding layers causal, full layers non-causal).
 LAYER_LAYOUTS = ("uniform", "mixed", "mixed_native")
+# The target model family, for what a target decides about its draft (issue 24): qwen3 (the
+# default: full attention, text only), mistral_swa (a model-level sliding window and no
+# layer_types, as Mistral-7B-v0.1, Phi-3-mini-4k and Starcoder2 have) and gemma3_mm (a
+# multimodal prefix-LM target, Gemma 3's Gemma3ForConditionalGeneration).
+TARGET_MODELS = ("qwen3", "mistral_swa", "gemma3_mm")
 # short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
 CONTEXTS = ("short", "long")
 # The tokens of context per request for context = "long" (why these: harness/attention/cell.py).
@@ -172,6 +177,13 @@ AXES: tuple[Axis, ...] = (
         _target_attention,
         _target_token,
         default=AUTO_BACKEND,
+    ),
+    _choice(
+        "target_model",
+        "the target's model family: qwen3, mistral_swa (model-level window) or gemma3_mm (prefix-LM)",
+        TARGET_MODELS,
+        "qwen3",
+        lambda v: f"tgtmodel.{v.replace('_', '')}",
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
     _choice("cudagraph", "eager, or capture and replay in a CUDA graph", CUDAGRAPH_MODES, "eager"),

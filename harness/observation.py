@@ -121,8 +121,9 @@ class Observation:
     layer_choices:     the platform's choice per draft layer, when the layers of one draft differ
                        (a hybrid draft's windowed and full layers); empty = ``platform_choice``
                        holds for every layer.
-    lost_settings:     draft-layer settings the draft asked for but the layers do not carry
-                       (e.g. speculative_config.kv_cache_dtype): lost in the loader, like a backend.
+    lost_settings:     the settings draft layers carry other than the draft asked for, each naming
+                       the layer, the setting and both values (``harness.attention.audit``): a
+                       window, a KV-cache dtype, a prefix-LM flag the target passed on (wrong-setting).
     loader_differential: a loader-v2 cell's layer outputs against Model Runner V1's draft of the
                        same checkpoint; None where no differential was run (not a v2 cell, or the
                        cell never reached the forward).

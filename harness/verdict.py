@@ -17,6 +17,9 @@ class Verdict(StrEnum):
     UNSUPPORTED = "unsupported"  # cleanly rejected, with reasons
     SUBSTITUTED = "substituted"  # the platform ran another backend than the one requested
     WRONG_BACKEND = "wrong-backend"  # the loader lost the request (the PR #46770 regression)
+    # A draft layer carries another setting than its draft asked for (a window, a KV-cache dtype,
+    # a prefix-LM flag, ...): taken from the target somewhere in the draft config's derivation.
+    WRONG_SETTING = "wrong-setting"
     MISMATCH = "mismatch"  # numerics beyond tolerance
     # The loader-v2 draft's layer outputs differ from Model Runner V1's draft of the same
     # checkpoint on the same inputs (vLLM #49559), even if both are within tolerance of the reference.
@@ -45,7 +48,7 @@ _TIERS: tuple[tuple[Verdict, ...], ...] = (
     (Verdict.PASS,),
     (Verdict.SUBSTITUTED,),
     (Verdict.UNAVAILABLE, Verdict.UNSUPPORTED),
-    (Verdict.WRONG_BACKEND, Verdict.MISMATCH, Verdict.LOADER_DIFF),
+    (Verdict.WRONG_BACKEND, Verdict.WRONG_SETTING, Verdict.MISMATCH, Verdict.LOADER_DIFF),
     (Verdict.TIMEOUT, Verdict.CRASH),
 )
 _RANK = {verdict: tier for tier, members in enumerate(_TIERS) for verdict in members}
@@ -98,12 +101,6 @@ def judge(obs: Observation) -> Judgement:
             f"the platform refuses {wanted or 'auto-selection'} ({reasons}), yet draft layers carry {layers}: "
             "the loader never passed the request on",
         )
-    if obs.lost_settings:
-        return Judgement(
-            Verdict.WRONG_BACKEND,
-            Stage.BUILD,
-            f"the loader lost part of the request: {'; '.join(obs.lost_settings)}",
-        )
     choices = obs.layer_choices or (obs.platform_choice,) * len(obs.observed_backends)
     strays = sorted({b for b, c in zip(obs.observed_backends, choices, strict=False) if b != c})
     if obs.platform_choice is not None and strays:
@@ -113,6 +110,12 @@ def judge(obs: Observation) -> Judgement:
             Verdict.WRONG_BACKEND,
             Stage.BUILD,
             f"{what}: the platform selects {selects}, but draft layers carry {layers}",
+        )
+    if obs.lost_settings:
+        return Judgement(
+            Verdict.WRONG_SETTING,
+            Stage.BUILD,
+            f"draft layers carry settings they did not ask for: {'; '.join(obs.lost_settings)}",
         )
     if obs.max_abs_err is not None and obs.tolerance is not None and not obs.max_abs_err <= obs.tolerance:
         return Judgement(

@@ -4,9 +4,11 @@
 
 ``configure`` makes the cell's VllmConfig; ``select`` asks the platform which backend each
 draft layer gets and what the requested backend claims; ``build`` loads the target and the
-draft through the real loader and reads the backend and KV-cache dtype every draft layer
-carries (a request lost on the way ends the cell there); ``prepare`` settles the KV cache and
-asks the forward whether vLLM would run the layers this way; ``run_layer`` runs one layer
+draft through the real loader and reads the backend every draft layer carries (a request lost
+on the way ends the cell there); ``prepare`` settles the KV cache as the engine does, audits
+every other setting each draft layer carries against what the draft asked for
+(``audit_layers``, ``harness.attention.audit``) and asks the forward whether vLLM would run the
+layers this way; ``run_layer`` runs one layer
 through its backend impl and ``compare_layer`` holds its output against the fp32 reference; a
 loader-v2 cell then builds Model Runner V1's draft of the same checkpoint and compares the two
 (``differential``). Each step takes plain inputs and returns the next step's input, or the
@@ -230,7 +232,7 @@ class Built:
     draft: Any  # harness.attention.draft.LoadedDraft
     layers: list[Any]
     kv_cache_dtype: str  # the draft's own, as the speculative config resolves it
-    base: Observation  # the cell's observation up to here: backends, claim, lost settings
+    base: Observation  # the cell's observation up to here: backends and claim
 
 
 @dataclass(frozen=True)
@@ -320,9 +322,10 @@ def target_model(cell: Configured, plan: CellPlan, workspace: Workspace) -> Any:
 
 
 def build(cell: Configured, selected: Selected, target: Any, plan: CellPlan) -> Built | Observation:
-    """The draft through the real loader, and what each of its attention layers carries. A
-    layer carrying another backend or KV-cache dtype than the request ends the cell: numbers
-    from a backend nobody selected would be evidence of nothing. Runs under the cell's config."""
+    """The draft through the real loader, and the backend each of its attention layers carries.
+    A layer carrying another backend than the platform selects for the request ends the cell:
+    numbers from a backend nobody selected would be evidence of nothing. Runs under the cell's
+    config."""
     from harness.attention import draft as vllm_draft
 
     try:
@@ -331,28 +334,43 @@ def build(cell: Configured, selected: Selected, target: Any, plan: CellPlan) -> 
         return Observation(cell.requested, unavailable=one_line(exc), details=cell.details)
     layers = vllm_draft.attention_layers(draft.model)
     observed = tuple(vllm_draft.layer_backend(attn) for attn in layers)
-    wanted_kv = vllm_draft.draft_cache_dtype(cell.config)
-    lost = tuple(
-        f"{attn.layer_name} has kv_cache_dtype {got}, the draft asked for {wanted_kv}"
-        for attn in layers
-        if (got := vllm_draft.layer_kv_cache_dtype(attn)) != wanted_kv
-    )
     choices = selected.choices
     base = Observation(
         requested_backend=cell.requested,
         platform_choice=choices[0],
         layer_choices=choices if len(set(choices)) > 1 else (),
         observed_backends=observed,
-        lost_settings=lost,
         claim=selected.claim,
         details=cell.details,
     )
-    if lost or any(backend != choice for backend, choice in zip(observed, choices, strict=True)):
+    if any(backend != choice for backend, choice in zip(observed, choices, strict=True)):
         cell.details["forward"] = f"skipped: draft layers carry {', '.join(observed)}, the platform selects " + (
             ", ".join(choices)
         )
         return base
-    return Built(draft, layers, wanted_kv, base)
+    return Built(draft, layers, vllm_draft.draft_cache_dtype(cell.config), base)
+
+
+def audit_layers(cell: Configured, built: Built, plan: CellPlan) -> Observation | None:
+    """Every audited setting of every draft layer against what the draft asked for
+    (``harness.attention.audit``), once the engine has settled the KV cache: the layers' settings
+    go to the cell's details; a difference ends the cell (wrong-setting), for the same reason a
+    wrong backend does. Runs under the cell's config."""
+    from harness.attention import audit
+
+    asked_kv = plan.engine.draft_kv_cache_dtype or plan.engine.kv_cache_dtype
+    wanted = audit.asked(cell.truth, asked_kv)
+    got = [audit.effective(attn, cell.config, built.draft.causal[i]) for i, attn in enumerate(built.layers)]
+    cell.details["layer_settings"] = {
+        attn.layer_name: settings for attn, settings in zip(built.layers, got, strict=True)
+    }
+    if unaudited := audit.unaudited(got):
+        cell.details["settings_not_audited"] = unaudited
+    found = audit.differences([attn.layer_name for attn in built.layers], wanted, got)
+    if not found:
+        return None
+    cell.details["forward"] = "skipped: draft layers carry settings they did not ask for"
+    return dataclasses.replace(built.base, lost_settings=tuple(str(difference) for difference in found))
 
 
 def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observation:
@@ -361,6 +379,8 @@ def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observati
     from harness.attention import draft as vllm_draft
 
     vllm_draft.settle_kv_cache(cell.config, built.layers)
+    if (lost := audit_layers(cell, built, plan)) is not None:
+        return lost
     attention_config = vllm_draft.draft_attention_config(cell.config, cell.truth.any_non_causal, cell.requested)
     refusals = [why for why in (plan.forward.refusal(attn, attention_config) for attn in built.layers) if why]
     if refusals:

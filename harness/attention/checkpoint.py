@@ -185,11 +185,73 @@ def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.
         save_file(tensors, str(directory / "model.safetensors"), {"format": "pt"})
 
 
-def write_target(root: Path, shape: ModelShape = ModelShape(), seed: int = 0, weights: bool = True) -> Path:
+# The model-level window of a mistral_swa target: shorter than every cell's max_model_len, so
+# vLLM keeps it (a window at or past the model length is dropped as no window at all).
+TARGET_WINDOW = 64
+
+
+def _target_config(shape: ModelShape, family: str) -> dict[str, object]:
+    """A target config of ``family`` (harness.axes.TARGET_MODELS) with ``shape``'s dimensions,
+    written with the fields the real family's config.json carries for the property at stake."""
+    if family == "qwen3":
+        return _qwen3_config(shape)
+    if family == "mistral_swa":
+        # Mistral-7B-v0.1: MistralForCausalLM with a model-level sliding_window and no layer_types.
+        return _qwen3_config(
+            shape, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=TARGET_WINDOW
+        )
+    if family == "gemma3_mm":
+        # Gemma 3 (Gemma3ForConditionalGeneration): a text model with a SigLIP vision tower, a
+        # prefix-LM (image tokens attend bidirectionally).
+        text = {
+            "model_type": "gemma3_text",
+            "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate,
+            "num_hidden_layers": shape.target_layers,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
+            "vocab_size": shape.vocab,
+            "max_position_embeddings": 2048,
+            "sliding_window": 512,
+            "sliding_window_pattern": 2,
+            "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0,
+            "query_pre_attn_scalar": shape.head_dim,
+        }
+        vision = {
+            "model_type": "siglip_vision_model",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 56,
+            "patch_size": 14,
+        }
+        return {
+            "architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3",
+            "text_config": text,
+            "vision_config": vision,
+            "mm_tokens_per_image": 4,
+            "image_token_index": shape.vocab - 23,
+            "boi_token_index": shape.vocab - 22,
+            "eoi_token_index": shape.vocab - 21,
+            "torch_dtype": "bfloat16",
+        }
+    raise ValueError(f"unknown target model family {family!r}")
+
+
+def write_target(
+    root: Path, shape: ModelShape = ModelShape(), seed: int = 0, weights: bool = True, family: str = "qwen3"
+) -> Path:
     if not weights:
-        path = root / "target"
-        _write(path, _qwen3_config(shape), None)
+        # One folder per family: a process may build drafts against several targets.
+        path = root / ("target" if family == "qwen3" else f"target-{family}")
+        _write(path, _target_config(shape, family), None)
         return path
+    if family != "qwen3":
+        raise ValueError(f"only config-only checkpoints of the {family} target family are written")
     generator = torch.Generator().manual_seed(seed)
     tensors = {
         "model.embed_tokens.weight": _random(generator, shape.vocab, shape.hidden),

@@ -180,8 +180,9 @@ def _selection_process(cell: Mapping[str, AxisValue]) -> str:
 SELECTION = Contract(
     name="selection",
     module="harness.lanes.selection",
-    # Of the family's axes: method, head size, the draft's own KV dtype and the target's
-    # attention; no layer layouts (it builds no windowed draft) and no contexts (no kernel runs).
+    # Of the family's axes: method, head size, the draft's own KV dtype, the target's attention
+    # and the target's model family (what the target decides about its draft); no layer
+    # layouts (it builds no windowed draft) and no contexts (no kernel runs).
     axes=(
         "capability",
         "backend",
@@ -194,6 +195,7 @@ SELECTION = Contract(
         "kv_cache_dtype",
         "draft_kv_cache_dtype",
         "target_attention",
+        "target_model",
         "loader",
         "cudagraph",
         "flashinfer_cubin",

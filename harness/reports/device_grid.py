@@ -25,6 +25,7 @@ SYMBOLS = {
     Verdict.UNAVAILABLE: "\u2796",  # heavy minus
     Verdict.UNSUPPORTED: "⛔",
     Verdict.WRONG_BACKEND: "🚫",
+    Verdict.WRONG_SETTING: "\u26a0",  # warning sign: a layer carries a setting it did not ask for
     Verdict.MISMATCH: "❌",
     Verdict.LOADER_DIFF: "\u2260",  # not equal: V1's and V2's drafts disagree
     Verdict.TIMEOUT: "⏱️",

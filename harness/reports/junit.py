@@ -42,7 +42,7 @@ SUITE_PREFIX = "dflash-matrix"
 STALE_TESTCASE = "expectations::stale"
 INCOMPLETE_TESTCASE = "run::incomplete"
 # Not as expected in these directions, the harness says the backend got worse: red everywhere.
-_RED_VERDICTS = (Verdict.CRASH, Verdict.TIMEOUT, Verdict.WRONG_BACKEND)
+_RED_VERDICTS = (Verdict.CRASH, Verdict.TIMEOUT, Verdict.WRONG_BACKEND, Verdict.WRONG_SETTING)
 # Characters XML 1.0 cannot carry at all; exception messages (ANSI colours, NULs) do contain them.
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _NOT_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9._-]+")

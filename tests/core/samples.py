@@ -86,6 +86,10 @@ OBSERVATIONS: dict[Verdict, Observation] = {
     Verdict.UNSUPPORTED: Observation("FLASH_ATTN", rejection=("sink not supported", "head size 40")),
     Verdict.SUBSTITUTED: ran("FLASH_ATTN", ["CPU_ATTN"]),
     Verdict.WRONG_BACKEND: ran("FLASH_ATTN", ["CPU_ATTN", "CPU_ATTN"], platform_choice="FLASH_ATTN"),
+    Verdict.WRONG_SETTING: ran(
+        "FLASH_ATTN",
+        lost_settings=("model.layers.0.self_attn.attn: sliding_window is 64, the draft asked for none",),
+    ),
     Verdict.MISMATCH: ran("FLASH_ATTN", max_abs_err=0.5, tolerance=2e-2),
     Verdict.LOADER_DIFF: ran(
         "FLASH_ATTN",
@@ -145,6 +149,7 @@ def journal_lines(path: Path) -> list[dict[str, Any]]:
 def rewrite_lines(path: Path, lines: Iterable[object]) -> Path:
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return path
+
 
 # The matrix.json cell fields other tools rely on (issue 2's contract).
 CONTRACT_KEYS = {

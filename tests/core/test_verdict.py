@@ -19,6 +19,7 @@ def test_vocabulary_is_exact() -> None:
         "unsupported",
         "substituted",
         "wrong-backend",
+        "wrong-setting",
         "mismatch",
         "loader-diff",
         "crash",
@@ -59,6 +60,17 @@ def test_the_most_severe_fact_decides() -> None:
     assert judge(lost_and_wrong).verdict == Verdict.WRONG_BACKEND
     swapped_and_wrong = ran("FLASH_ATTN", ["CPU_ATTN"], max_abs_err=9.0, tolerance=0.1)
     assert judge(swapped_and_wrong).verdict == Verdict.MISMATCH
+
+
+def test_a_setting_the_draft_did_not_ask_for_names_it_and_outranks_numbers() -> None:
+    """The audit's differences (harness.attention.audit) are their own verdict at stage build,
+    after a wrong backend (the request itself lost) and before any numbers."""
+    window = "model.layers.0.self_attn.attn: sliding_window is 64, the draft asked for none"
+    judgement = judge(ran("FLASH_ATTN", lost_settings=(window,), max_abs_err=9.0, tolerance=0.1))
+    assert (judgement.verdict, judgement.stage) == (Verdict.WRONG_SETTING, Stage.BUILD)
+    assert judgement.message == f"draft layers carry settings they did not ask for: {window}"
+    both = ran("FLASH_ATTN", ["CPU_ATTN"], platform_choice="FLASH_ATTN", lost_settings=(window,))
+    assert judge(both).verdict == Verdict.WRONG_BACKEND
 
 
 def test_nan_error_is_a_mismatch_not_a_pass() -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.attention import audit
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.cell import draft_spec, engine_settings
 from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape, write_draft, write_target
@@ -37,13 +38,30 @@ class ConfigCheckpoints:
         self.root = root
         self.shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
         self.target = write_target(root, self.shape, weights=False)
+        self._targets: dict[str, Path] = {"qwen3": self.target}
         self._drafts: dict[tuple[DraftSpec, int], DraftTruth] = {}
+
+    def target_of(self, family: str) -> Path:
+        """The config-only target of a family (harness.axes.TARGET_MODELS), written on first use."""
+        if family not in self._targets:
+            self._targets[family] = write_target(self.root, self.shape, weights=False, family=family)
+        return self._targets[family]
 
     def draft(self, spec: DraftSpec, head_size: int) -> DraftTruth:
         if (spec, head_size) not in self._drafts:
             shape = dataclasses.replace(self.shape, head_dim=head_size)
             self._drafts[spec, head_size] = write_draft(self.root, spec, shape, weights=False)
         return self._drafts[spec, head_size]
+
+
+@dataclass(frozen=True)
+class BuiltDraft:
+    """The attention layers of a draft vLLM built: names, backends, impls and audited settings."""
+
+    names: tuple[str, ...]
+    backends: tuple[str, ...]
+    impls: tuple[str, ...]
+    settings: tuple[dict[str, Any], ...]
 
 
 class _V1Refusal(Exception):
@@ -152,14 +170,19 @@ class SimulatedSession:
             if NO_DRIVER in str(error):
                 details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
-        details["draft_layers"] = [f"{name}: {backend} ({impl}, kv {kv})" for name, backend, impl, kv in layers]
-        observed = tuple(backend for _, backend, _, _ in layers)
-        wanted_kv = self.draft_kv_cache_dtype(cell)
-        lost = tuple(
-            f"{name} has kv_cache_dtype {kv}, the draft asked for {wanted_kv}"
-            for name, _, _, kv in layers
-            if kv != wanted_kv
-        )
+        details["draft_layers"] = [
+            f"{name}: {backend} ({impl}, kv {settings.get('kv_cache_dtype', '')})"
+            for name, backend, impl, settings in zip(
+                layers.names, layers.backends, layers.impls, layers.settings, strict=True
+            )
+        ]
+        details["layer_settings"] = dict(zip(layers.names, layers.settings, strict=True))
+        if unaudited := audit.unaudited(layers.settings):
+            details["settings_not_audited"] = unaudited
+        observed = layers.backends
+        spec, _ = draft_spec(cell)
+        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.draft_kv_cache_dtype(cell))
+        lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if lost:
             return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         if rejection is not None:
@@ -232,9 +255,10 @@ class SimulatedSession:
         return selection
 
     # -- the draft --------------------------------------------------------
-    def build_draft(self, cell: Cell, loader: str) -> list[tuple[str, str, str, str]]:
+    def build_draft(self, cell: Cell, loader: str) -> BuiltDraft:
         """Build the draft through vLLM's real loader, as the cpu and gpu lanes do
-        (``harness.attention.draft``), on device cpu, and read every attention layer it carries."""
+        (``harness.attention.draft``), on device cpu, and read every attention layer it carries:
+        its backend, impl and the settings the audit compares (``harness.attention.audit``)."""
         from harness.attention.draft import LoaderUnavailable, init_single_process_group, load_draft, v1_refusal
 
         apis = self.apis
@@ -250,19 +274,25 @@ class SimulatedSession:
                 self._distributed = True
             method = str(cell.get("method", "dflash"))
             try:
-                draft = load_draft(loader, self._target(), config, apis.torch.device("cpu"), method).model
+                loaded = load_draft(loader, self._target(), config, apis.torch.device("cpu"), method)
             except LoaderUnavailable as why:
                 raise ApiUnavailable(f"this vLLM release has {why}") from None
-        return [
-            (
-                name,
-                module.get_attn_backend().get_name(),
-                type(getattr(module, "impl", None)).__name__,
-                str(getattr(module, "kv_cache_dtype", "")),
+            modules = [
+                (name, module)
+                for name, module in loaded.model.named_modules()
+                if isinstance(module, apis.attention_layer_base)
+            ]
+            # The causal flag per layer comes from the loader's own reading (one per draft layer).
+            causal = loaded.causal if len(loaded.causal) == len(modules) else (None,) * len(modules)
+            settings = tuple(
+                audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
-            for name, module in draft.named_modules()
-            if isinstance(module, apis.attention_layer_base)
-        ]
+        return BuiltDraft(
+            names=tuple(name for name, _ in modules),
+            backends=tuple(module.get_attn_backend().get_name() for _, module in modules),
+            impls=tuple(type(getattr(module, "impl", None)).__name__ for _, module in modules),
+            settings=settings,
+        )
 
     def engine_config(self, cell: Cell) -> Any:
         """A fresh VllmConfig per draft (``harness.attention.draft.engine_config``, as the cpu and
@@ -273,7 +303,7 @@ class SimulatedSession:
         truth = self.checkpoints.draft(spec, self.head_size(cell))
         base = EngineSettings(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
         return engine_config(
-            self.checkpoints.target,
+            self.checkpoints.target_of(str(SELECTION.value(cell.values, "target_model"))),
             truth.path,
             cell.requested_backend,
             str(SELECTION.value(cell.values, "dtype")),

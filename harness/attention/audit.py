@@ -1,0 +1,128 @@
+"""The effective-settings audit of a draft's attention layers (issue 24).
+
+A DFlash draft's vLLM config is derived from the target's, and every ``Attention.__init__``
+reads what its loader did not override from the current (the target's) config: PR #46770 and
+the target's ``backend_per_kind`` winning over the draft's request were two such settings. The
+audit reads, from each draft attention layer vLLM built, the settings that decide what its
+kernels compute and which backends may serve it, and compares each with what the draft asked
+for: derived from what the harness wrote (the checkpoint's ``DraftTruth`` and the speculative
+config's KV-cache dtype), never read back from vLLM.
+
+``asked`` and ``differences`` are pure; ``effective`` reads a vLLM layer object (duck-typed, no
+import). A setting a release does not expose on its layer object is recorded as not audited,
+never as a difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.attention.checkpoint import DraftTruth
+
+# The settings audited, in the order a difference is reported: each with why it matters.
+SETTINGS: Mapping[str, str] = {
+    "head_size": "the kernels' head dimension (the draft's head_dim)",
+    "num_kv_heads": "the draft's GQA layout",
+    "sliding_window": "the layer's window; None = full attention (a target's model-level window must not reach it)",
+    "kv_cache_spec_window": "the window of the KV-cache spec the layer reports (decides its KV-cache group)",
+    "sinks": "whether the layer carries attention-sink logits",
+    "scale": "the softmax scale (head_dim ** -0.5 for a DFlash draft)",
+    "causal": "the causal flag the layer's metadata gets from its runner",
+    "kv_cache_dtype": "the draft's KV-cache dtype (speculative_config.kv_cache_dtype, else the target's)",
+    "mm_prefix": "prefix-LM bidirectional attention (a multimodal target's flag; a DFlash draft is text-only)",
+}
+NOT_EXPOSED = "not exposed by this vLLM release's layer"
+
+
+@dataclass(frozen=True)
+class SettingDifference:
+    layer: str
+    setting: str
+    asked: Any
+    got: Any
+
+    def __str__(self) -> str:
+        return f"{self.layer}: {self.setting} is {_text(self.got)}, the draft asked for {_text(self.asked)}"
+
+
+def _text(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def asked(truth: DraftTruth, kv_cache_dtype: str) -> tuple[dict[str, Any], ...]:
+    """What each draft layer asked for, from the checkpoint the harness wrote."""
+    shape = truth.shape
+    return tuple(
+        {
+            "head_size": shape.head_dim,
+            "num_kv_heads": shape.kv_heads,
+            "sliding_window": truth.layer_window(index) or None,
+            "kv_cache_spec_window": truth.layer_window(index) or None,
+            "sinks": truth.spec.sink,  # every layer of a sink draft carries them (checkpoint.write_draft)
+            "scale": truth.scale,
+            "causal": truth.layer_causal(index),
+            "kv_cache_dtype": kv_cache_dtype,
+            "mm_prefix": False,
+        }
+        for index in range(shape.draft_layers)
+    )
+
+
+def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any]:
+    """What one vLLM attention layer carries; ``causal`` is the flag its runner gives its metadata
+    (None: this lane does not know it). Settings the release does not expose are left out."""
+    settings: dict[str, Any] = {}
+    for name, attribute in (
+        ("head_size", "head_size"),
+        ("num_kv_heads", "num_kv_heads"),
+        ("sliding_window", "sliding_window"),
+        ("kv_cache_dtype", "kv_cache_dtype"),
+        ("mm_prefix", "use_mm_prefix"),
+        ("sinks", "has_sink"),
+    ):
+        if hasattr(attn, attribute):
+            settings[name] = getattr(attn, attribute)
+    if "kv_cache_dtype" in settings:
+        settings["kv_cache_dtype"] = str(settings["kv_cache_dtype"])
+    scale = getattr(getattr(attn, "impl", None), "scale", None)
+    if scale is not None:
+        settings["scale"] = float(scale)
+    if causal is not None:
+        settings["causal"] = causal
+    get_spec = getattr(attn, "get_kv_cache_spec", None)
+    if get_spec is not None and vllm_config is not None:
+        try:
+            spec = get_spec(vllm_config)
+        except Exception as error:  # an older signature, a backend's own check: recorded, never a verdict
+            settings["kv_cache_spec"] = f"not read: {type(error).__name__}: {error}"
+        else:
+            settings["kv_cache_spec"] = type(spec).__name__
+            settings["kv_cache_spec_window"] = getattr(spec, "sliding_window", None)
+    return settings
+
+
+def _same(setting: str, want: Any, got: Any) -> bool:
+    if setting == "scale":
+        return math.isclose(float(want), float(got), rel_tol=1e-6)
+    return bool(want == got)
+
+
+def differences(
+    names: Sequence[str], wanted: Sequence[Mapping[str, Any]], got: Sequence[Mapping[str, Any]]
+) -> tuple[SettingDifference, ...]:
+    """Every audited setting a layer carries other than asked, layer by layer in SETTINGS order."""
+    found = []
+    for name, want, have in zip(names, wanted, got, strict=True):
+        for setting in SETTINGS:
+            if setting in have and not _same(setting, want[setting], have[setting]):
+                found.append(SettingDifference(name, setting, want[setting], have[setting]))
+    return tuple(found)
+
+
+def unaudited(got: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The settings no layer exposed (the cell's details say so, instead of a silent pass)."""
+    return [setting for setting in SETTINGS if not any(setting in layer for layer in got)]
