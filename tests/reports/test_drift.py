@@ -15,6 +15,8 @@ from harness.reports.merge import Row
 
 from .shards import cell, write_shard
 
+pytestmark = pytest.mark.pure
+
 DATA = Path(__file__).parent / "data"
 TABLE = DATA / "attention_backends.md"
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from harness.contracts.lanes import SELECTION
 from harness.matrix import expand, load_matrix
 from harness.stages import Stage
 from harness.verdict import Verdict, judge
+
+pytestmark = pytest.mark.vllm
 
 LACKS_V1 = "this vLLM release lacks vllm.v1.spec_decode.dflash.DFlashProposer (ModuleNotFoundError)"
 

@@ -14,6 +14,8 @@ from harness.releases.install import (
     split_arguments,
 )
 
+pytestmark = pytest.mark.pure
+
 # Requires-Dist lines as vLLM 0.30.0's wheel publishes them (trimmed).
 VLLM_0_30_0 = (
     "torch==2.13.0",
