@@ -24,7 +24,6 @@ the other lanes.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,7 @@ from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import NotSimulatable, SimulatedGpu, install
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
-from harness.releases.provenance import vllm_provenance
+from harness.releases.provenance import installed_version, vllm_provenance
 from harness.stages import Stage, StageLog
 
 if TYPE_CHECKING:
@@ -73,11 +72,7 @@ class SelectionLane:
             # One run covers every generation its matrix lists, one cell process each.
             "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
         }
-        for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
-            try:
-                env[distribution] = importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                env[distribution] = "not installed"
+        env.update({name: installed_version(name) for name in ("vllm", "torch", "flashinfer-python", "triton")})
         env.update(vllm_provenance())
         if self.options.target_backend:
             env["target_backend"] = self.options.target_backend
