@@ -26,8 +26,9 @@ from harness.verdict import Outcome, severity
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """A merge builds some ten objects per cell, none in a cycle; the cyclic collector would
-    rescan the growing heap again and again (100k cells: loading took 5.3 s with it, 3.4 s
-    without). Everything is released together when the command ends."""
+    rescan the growing heap again and again (at 100k cells a third of the load time:
+    benchmarks/README.md, "Figures behind the code"). Everything is released together when
+    the command ends."""
     enabled = gc.isenabled()
     gc.disable()
     try:
