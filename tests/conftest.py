@@ -45,7 +45,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     marks = module_marks(collection_path)
     if not marks & set(TIERS):
         return None  # collected, so the missing tier fails loudly below rather than hiding the module
-    return True if not Expression.compile(expression).evaluate(lambda name, **_: name in marks) else None
+
+    def has(name: str, /, **_: str | int | bool | None) -> bool:
+        return name in marks
+
+    return True if not Expression.compile(expression).evaluate(has) else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
