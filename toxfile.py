@@ -8,15 +8,15 @@ what it could never run.
 - Any env whose command runs a matrix (``--matrix FILE``, the last one given, posargs included)
   checks that file as ``load_matrix`` does, lane contract included, before it installs anything:
   a bad axis, option or value is the same one line ``pytest --matrix`` prints, exit status 2,
-  instead of the same line after a 3.5-9 GB install.
+  instead of the same line after a vLLM install of several GB.
 - An env that installs vLLM through ``harness/releases/install.py`` (selection, gpu-emulated, gpu,
   bench-selection) gets a directory of its own per chosen vLLM: ``.tox/<env>`` for the default
   release (``[vllm] release`` in tox.ini), ``.tox/<env>-vllm-<version>`` for another release and
   ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
   whose deps changed, so without this `DFLASH_VLLM_VERSION=0.24.0 tox -e selection` would wipe
-  the default ~9 GB env and the next plain run would rebuild it, back and forth.
+  the default env (several GB) and the next plain run would rebuild it, back and forth.
 - `tox -e gpu` refuses at once where no CUDA device is visible. The gpu env installs official
-  vLLM (about 9 GB, minutes): a GPU job on a runner without a working driver must go red, fast
+  vLLM (several GB, minutes): a GPU job on a runner without a working driver must go red, fast
   and with one line, never green with everything skipped, and never after a long install. The
   driver is asked directly (``harness/cuda/devices.py``: ctypes only, loaded by path so tox
   needs nothing installed).

@@ -36,7 +36,7 @@ from harness.reports.junit import render_junit
 from harness.reports.markdown import render_markdown
 from harness.reports.matrix_json import render_matrix_json
 from harness.reports.merge import collector_paused, merge
-from harness.reports.model import Report, Row, run_from_meta
+from harness.reports.model import CellRun, Report, run_from_meta
 from harness.result import CellResult
 from harness.verdict import Verdict, claim_gap
 
@@ -129,7 +129,7 @@ def write_shards(root: Path, total: int, seed: int = 46770) -> list[Path]:
                 "ended_at": "2026-12-02T02:00:00+00:00",
             }
         )
-        rows = tuple(Row(run.key, cell) for cell in _cells(rng, per_shard))
+        rows = tuple(CellRun(run.key, cell) for cell in _cells(rng, per_shard))
         report = Report(runs=(run,), rows=rows, not_run=(), stale={}, unfinished=frozenset())
         (shard / "junit.xml").write_bytes(render_junit(report))
         (shard / "matrix.json").write_bytes(render_matrix_json(report))

@@ -32,9 +32,10 @@ from harness.result import CellResult, RecordError
 JOURNAL_SUFFIX = ".jsonl"
 # A flushed record survives the death of the process that wrote it (kill, OOM, a crash
 # of pytest); only the host going down can lose what the OS has not yet written out. An
-# fsync per cell cost 13 ms here, half a cpu cell, so a cell record is synced only when
-# this long has passed since the last sync (else with a later record, or at close): a
-# host crash loses the last cells, which --resume runs again. Other records sync at once.
+# fsync per cell cost a large share of a cpu cell (benchmarks/README.md, "Figures behind the
+# code"), so a cell record is synced only when this long has passed since the last sync (else
+# with a later record, or at close): a host crash loses the last cells, which --resume runs
+# again. Other records sync at once.
 SYNC_INTERVAL_S = 1.0
 
 

@@ -17,6 +17,19 @@ class Claim:
     reasons: tuple[str, ...] = ()
 
 
+def json_safe(value: Any) -> Any:
+    """The value with every non-finite float as its text ("nan", "inf"), in lists and tables too:
+    JSON has no NaN or infinity and strict readers refuse them, yet a NaN error is exactly what a
+    mismatch report must keep. ``CellResult.from_json`` reads the text back as the number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
 def one_line(text: object, limit: int = 2000) -> str:
     """Messages land in table cells and JUnit attributes: one line, bounded."""
     flat = " ".join(str(text).split())
@@ -90,8 +103,7 @@ class LoaderDifferential:
                     "v2_impl": layer.v2_impl,
                     "v1_impl": layer.v1_impl,
                     "bitwise": layer.bitwise,
-                    # JSON has no NaN: a NaN difference is kept as text, as max_abs_err is.
-                    "max_abs_diff": diff if math.isfinite(diff := layer.max_abs_diff) else str(diff),
+                    "max_abs_diff": json_safe(layer.max_abs_diff),
                 }
                 for layer in self.layers
             ],

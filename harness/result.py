@@ -7,14 +7,13 @@ claim, duration_s.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.axes import CELL_ID
 from harness.expectations import Expectation
 from harness.matrix import LANES, Cell
-from harness.observation import Claim, Observation
+from harness.observation import Claim, Observation, json_safe
 from harness.stages import STAGES, Stage
 from harness.verdict import VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
@@ -64,7 +63,7 @@ class CellResult:
             "outcome": self.outcome.value,
             "stage": self.stage.value if self.stage else None,
             "message": self.message,
-            "max_abs_err": _finite_or_text(self.max_abs_err),
+            "max_abs_err": json_safe(self.max_abs_err),
             "tolerance": self.tolerance,
             "claim": {"supported": self.claim.supported, "reasons": list(self.claim.reasons)} if self.claim else None,
             "claim_gap": self.claim_gap.value if self.claim_gap else None,
@@ -207,13 +206,6 @@ def _text(value: object, key: str) -> str:
     if not isinstance(value, str) or not value:
         raise RecordError(f"{key} must be a non-empty string")
     return value
-
-
-def _finite_or_text(value: float | None) -> float | str | None:
-    # JSON has no NaN/inf; a NaN error is exactly what a mismatch report must keep.
-    if value is None or math.isfinite(value):
-        return value
-    return str(value)
 
 
 def _float_or_none(value: object) -> float | None:

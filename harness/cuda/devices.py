@@ -1,7 +1,7 @@
 """The GPU runner's devices, asked of the NVIDIA driver itself, and which one each worker gets.
 
 Standard library only (ctypes against ``libcuda.so.1``): ``tox -e gpu`` runs this check from
-tox's own interpreter before it installs vLLM (9 GB), so a job on a runner without a working
+tox's own interpreter before it installs vLLM (gigabytes), so a job on a runner without a working
 driver goes red in a second with one line, instead of after a long install, and never green
 with every cell skipped. The driver API applies ``CUDA_VISIBLE_DEVICES`` exactly as CUDA
 itself will in the cell processes, and it creates no CUDA context, so the check leaves no

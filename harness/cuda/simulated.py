@@ -80,7 +80,7 @@ class SimulatedGpu:
             "VLLM_HAS_FLASHINFER_CUBIN": "1" if self.flashinfer_cubin else "0",
             # humming (a vLLM kernel dependency) starts two background interpreters at import
             # to JIT-build its CUDA launcher; with no nvcc and no kernels to run they only cost
-            # about 0.9 GB and a core each, per cell process.
+            # memory and a core each, per cell process (benchmarks/README.md has the figure).
             "HUMMING_DISABLE_PARALLEL_BUILD": "1",
         }
         if not self.flashinfer_cubin:

@@ -29,7 +29,6 @@ from harness.result import CellResult
 from harness.runner.session import MatrixSession, lane_groups_cells
 
 JOURNAL_DIR = "journal"
-REPORT_FILES = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -148,6 +147,9 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = MatrixPlugin(config, matrix, expectations, report_dir)
     config.pluginmanager.register(plugin, MatrixPlugin.name)
     if plugin.is_controller and not config.getoption("resume"):
+        # The controller writes the reports at the end anyway; workers never load that code.
+        from harness.reports.build import REPORT_FILES
+
         # A new run supersedes the last one here: its journal and reports would mislabel this run.
         shutil.rmtree(plugin.journal_dir, ignore_errors=True)
         for name in REPORT_FILES:

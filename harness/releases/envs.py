@@ -1,4 +1,5 @@
-"""One venv per vLLM release, built on demand, reused, and bounded in number (vLLM is ~9 GB).
+"""One venv per vLLM release, built on demand, reused, and bounded in number (each holds a
+whole vLLM and its CUDA torch: gigabytes, benchmarks/README.md).
 
 Used by ``dflash-matrix bisect``: each release is installed once (``harness/releases/install.py``,
 so torch is the CUDA build the release pins), the requested cells run there through

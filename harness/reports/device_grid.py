@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.reports.model import Report, Row, Run
+from harness.reports.model import CellRun, Report, Run
 from harness.verdict import Outcome, Verdict, severity
 
 ROW_AXES = ("backend", "causal", "sink", "sliding_window")
@@ -57,7 +57,7 @@ class Column:
 class Entry:
     """Every cell of one grid row in one column."""
 
-    rows: list[Row] = field(default_factory=list)
+    rows: list[CellRun] = field(default_factory=list)
 
     def counts(self) -> dict[Verdict, int]:
         counts: dict[Verdict, int] = {}
@@ -114,7 +114,7 @@ class Grid:
         return self.entries.get((row, column.key))
 
 
-def row_key(row: Row) -> RowKey:
+def row_key(row: CellRun) -> RowKey:
     axes = row.cell.axes
     backend = str(axes.get("backend", row.cell.requested_backend or "auto"))
     return (backend, axes.get("causal"), axes.get("sink"), axes.get("sliding_window"))

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness.reports.backend_table import SUPPORTED, UNSUPPORTED, BackendTable, Feature
 from harness.reports.markdown import md
-from harness.reports.model import Row
+from harness.reports.model import CellRun
 from harness.verdict import Stage, Verdict
 
 DRIFT_SCHEMA = "dflash-matrix-drift/1"
@@ -60,7 +60,7 @@ class Observed(StrEnum):
     REJECTED = "rejected"
 
 
-def observed(row: Row) -> Observed | None:
+def observed(row: CellRun) -> Observed | None:
     cell = row.cell
     if cell.verdict == Verdict.PASS:
         return Observed.WORKS
@@ -71,7 +71,7 @@ def observed(row: Row) -> Observed | None:
     return None
 
 
-def evidence_for(row: Row) -> tuple[Feature, ...]:
+def evidence_for(row: CellRun) -> tuple[Feature, ...]:
     """The features a cell tells about, given what else it varies."""
     axes = row.cell.axes
     backend = axes.get("backend")
@@ -145,12 +145,12 @@ class DriftReport:
 _KINDS = ("disagreement", "ambiguous", "undocumented", "agreement")
 
 
-def _capability(row: Row, run_meta: dict[str, Any]) -> str | None:
+def _capability(row: CellRun, run_meta: dict[str, Any]) -> str | None:
     value = row.cell.axes.get("capability", run_meta.get("capability"))
     return str(value) if value is not None else None
 
 
-def check_drift(table: BackendTable, rows: Sequence[Row], run_meta: dict[str, dict[str, Any]]) -> DriftReport:
+def check_drift(table: BackendTable, rows: Sequence[CellRun], run_meta: dict[str, dict[str, Any]]) -> DriftReport:
     findings: list[Finding] = []
     for row in rows:
         seen = observed(row)

@@ -4,27 +4,16 @@
 on 100k cells; records written compactly (the C encoder), one per line, keep the file
 fast to write, small, and still diffable line by line. JSON has no NaN or infinity and
 strict readers refuse them, so a non-finite float (a lane's free-form details may hold
-one) is written as its text, as the single-run report does.
+one) is written as its text (``harness.observation.json_safe``), as the single-run report does.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
-
-def json_safe(value: Any) -> Any:
-    """The value with every non-finite float as its text: JSON has no NaN or infinity."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
-
+from harness.observation import json_safe
 
 # One encoder for every record: json.dumps with options builds a new one per call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)

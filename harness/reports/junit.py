@@ -34,7 +34,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from harness.errors import InputError
 from harness.reports import loader_differential
 from harness.reports.junit_merge import status
-from harness.reports.model import ForeignSuite, Report, Row, Run
+from harness.reports.model import CellRun, ForeignSuite, Report, Run
 from harness.result import CellResult
 from harness.verdict import Outcome, Verdict
 
@@ -118,7 +118,7 @@ def _case(name: str, classname: str, duration_s: float = 0.0) -> TestCase:
     return case
 
 
-def _cell_testcase(group: str, row: Row) -> TestCase:
+def _cell_testcase(group: str, row: CellRun) -> TestCase:
     cell = row.cell
     case = _case(cell.id, f"{group}.{cell.axes.get('backend', 'unknown')}", cell.duration_s)
     out = [verdict_line(cell)]

@@ -25,7 +25,8 @@ STATUS_ORDER = ("skipped", "passed", "failure", "error")
 
 
 def status(case: TestCase) -> str:
-    # child() finds one element; TestCase.result would wrap every child, 4x slower on 100k cases.
+    # child() finds one element; TestCase.result wraps every child, several times slower at 100k
+    # cases (benchmarks/README.md, "Figures behind the code").
     if case.child(Error) is not None:
         return "error"
     if case.child(Failure) is not None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.observation import json_safe
 from harness.result import CellResult
 from harness.verdict import Verdict
 
@@ -58,7 +59,7 @@ class DifferentialSummary:
             "compared": self.compared,
             "bitwise": self.bitwise,
             "disagreeing": self.disagreeing,
-            "max_abs_diff": self.worst if math.isfinite(self.worst) else str(self.worst),
+            "max_abs_diff": json_safe(self.worst),
             "not_comparable": sum(self.not_comparable.values()),
             "not_comparable_reasons": dict(self.not_comparable),
         }

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
-from harness.reports.model import Report, Row, Run
+from harness.reports.model import CellRun, Report, Run
 from harness.verdict import VERDICT_ORDER, Outcome, Verdict
 
 MAX_MESSAGE = 300
@@ -179,7 +179,7 @@ def _md_attention(report: Report) -> list[str]:
     return lines
 
 
-def _claim_reasons(row: Row) -> str:
+def _claim_reasons(row: CellRun) -> str:
     claim = row.cell.claim
     return f" ({md('; '.join(claim.reasons))})" if claim and claim.reasons else ""
 

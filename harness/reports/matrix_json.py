@@ -25,11 +25,11 @@ from typing import Any
 
 from harness.reports.json_text import report_json
 from harness.reports.junit import suite_names
-from harness.reports.model import RUN_KEY_FIELDS, SCHEMA, Conflict, JUnitConflict, Report, Row
+from harness.reports.model import RUN_KEY_FIELDS, SCHEMA, CellRun, Conflict, JUnitConflict, Report
 from harness.verdict import ClaimGap
 
 
-def _claim(row: Row) -> dict[str, Any]:
+def _claim(row: CellRun) -> dict[str, Any]:
     cell = row.cell
     return {
         "run": row.run,

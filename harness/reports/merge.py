@@ -18,7 +18,7 @@ from typing import Any
 from harness.journal import JournalContents
 from harness.reports.inputs import Inputs
 from harness.reports.junit_merge import merge_junit
-from harness.reports.model import Conflict, Report, Row, Run, RunResults, results_from_journal
+from harness.reports.model import CellRun, Conflict, Report, Run, RunResults, results_from_journal
 from harness.result import CellResult
 from harness.verdict import Outcome, severity
 
@@ -26,8 +26,9 @@ from harness.verdict import Outcome, severity
 @contextmanager
 def collector_paused() -> Iterator[None]:
     """A merge builds some ten objects per cell, none in a cycle; the cyclic collector would
-    rescan the growing heap again and again (100k cells: loading took 5.3 s with it, 3.4 s
-    without). Everything is released together when the command ends."""
+    rescan the growing heap again and again (at 100k cells a third of the load time:
+    benchmarks/README.md, "Figures behind the code"). Everything is released together when
+    the command ends."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -42,7 +43,7 @@ def _worse(cell: CellResult) -> tuple[int, int]:
     return severity(cell.verdict), 0 if cell.outcome == Outcome.MATCH else 1
 
 
-def merge_results(results: Sequence[RunResults]) -> tuple[list[Run], list[Row], list[tuple[str, str]]]:
+def merge_results(results: Sequence[RunResults]) -> tuple[list[Run], list[CellRun], list[tuple[str, str]]]:
     runs: dict[str, Run] = {}
     seen: dict[tuple[str, str], list[tuple[CellResult, str]]] = {}
     planned_missing: dict[str, dict[str, None]] = {}
@@ -53,7 +54,7 @@ def merge_results(results: Sequence[RunResults]) -> tuple[list[Run], list[Row], 
             seen.setdefault((key, cell.id), []).append((cell, part.source))
         for ident in part.not_run:
             planned_missing.setdefault(key, {})[ident] = None
-    rows: list[Row] = []
+    rows: list[CellRun] = []
     for (key, ident), records in seen.items():
         kept = max(records, key=lambda record: _worse(record[0]))[0]
         conflict = None
@@ -65,7 +66,7 @@ def merge_results(results: Sequence[RunResults]) -> tuple[list[Run], list[Row], 
                 sources=tuple(source for _, source in records),
                 kept=kept.verdict.value,
             )
-        rows.append(Row(key, kept, conflict))
+        rows.append(CellRun(key, kept, conflict))
     # A cell one shard planned but never finished counts as not run only if no other shard ran it.
     not_run = [
         (key, ident) for key, idents in planned_missing.items() for ident in idents if (key, ident) not in seen

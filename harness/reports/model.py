@@ -199,7 +199,7 @@ class ForeignSuite:
 
 
 @dataclass(frozen=True)
-class Row:
+class CellRun:
     """A cell as it ran in one run."""
 
     run: str
@@ -210,7 +210,7 @@ class Row:
 @dataclass(frozen=True)
 class Report:
     runs: tuple[Run, ...]
-    rows: tuple[Row, ...]
+    rows: tuple[CellRun, ...]
     not_run: tuple[tuple[str, str], ...]  # (run key, cell id)
     stale: Mapping[str, tuple[Any, ...]]  # run key -> expectation rules that decide no cell
     unfinished: frozenset[str]  # keys of runs killed or timed out before their end
@@ -222,7 +222,7 @@ class Report:
     def run_by_key(self) -> dict[str, Run]:
         return {run.key: run for run in self.runs}
 
-    def rows_of(self, key: str) -> list[Row]:
+    def rows_of(self, key: str) -> list[CellRun]:
         return self._rows_by_run.get(key, [])
 
     def not_run_of(self, key: str) -> list[str]:
@@ -250,11 +250,11 @@ class Report:
                 distinct.setdefault(repr(item), item)
         return tuple(distinct.values())
 
-    def claim_gaps(self, gap: ClaimGap) -> list[Row]:
+    def claim_gaps(self, gap: ClaimGap) -> list[CellRun]:
         return [row for row in self.rows if row.cell.claim_gap == gap]
 
     @property
-    def mismatching(self) -> list[Row]:
+    def mismatching(self) -> list[CellRun]:
         return [row for row in self.rows if row.cell.outcome != Outcome.MATCH]
 
     def summary(self) -> dict[str, Any]:
@@ -265,8 +265,8 @@ class Report:
         return summarize(row.cell for row in self.rows)
 
     @cached_property
-    def _rows_by_run(self) -> dict[str, list[Row]]:
-        grouped: dict[str, list[Row]] = {}
+    def _rows_by_run(self) -> dict[str, list[CellRun]]:
+        grouped: dict[str, list[CellRun]] = {}
         for row in self.rows:
             grouped.setdefault(row.run, []).append(row)
         return grouped

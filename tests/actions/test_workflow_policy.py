@@ -11,6 +11,8 @@ pytest.importorskip("yaml", reason="PyYAML is not installed here; run these test
 
 from .policy import load, problems, runner_labels, triggers
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))
 BAD = Path(__file__).resolve().parent / "bad"

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.attention.audit import SETTINGS, asked, differences, unaudited
 from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape
+
+# torch (the checkpoint writer's) but no vLLM: runs in a lane's env with the other attention tests.
+pytestmark = pytest.mark.vllm
 
 
 def _truth(**spec: object) -> DraftTruth:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from harness.attention.checkpoint import DraftSpec, ModelShape, write_draft, write_target
+
+pytestmark = pytest.mark.vllm
 
 
 def test_draft_config_carries_the_requested_attention(tmp_path):

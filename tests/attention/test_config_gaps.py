@@ -13,6 +13,8 @@ import pytest
 
 from harness.attention.apis import ApiUnavailable
 
+pytestmark = pytest.mark.vllm
+
 
 def _missing_key_error() -> ValueError:
     """pydantic's own ValidationError for a key a config dataclass lacks, as vLLM's @config

@@ -13,6 +13,8 @@ import torch
 
 from harness.attention.reference import reference_attention, visible_keys
 
+pytestmark = pytest.mark.vllm
+
 
 def brute_force(q, keys, values, query_lens, scale, causal, sinks, window):
     """One query, one head, one key at a time, straight from the definitions in the module docstring."""

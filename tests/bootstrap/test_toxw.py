@@ -18,6 +18,8 @@ from types import ModuleType
 
 import pytest
 
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -8,6 +8,8 @@ import pytest
 
 from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect, releases_between
 
+pytestmark = pytest.mark.pure
+
 RELEASES = (
     "0.24.0",
     "0.25.0",

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,8 @@ from harness.matrix import expand
 from harness.verdict import Verdict
 
 from .samples import BASIC_MATRIX, RULES, matrix_from, result, rewrite_lines, write, write_journal
+
+pytestmark = pytest.mark.pure
 
 
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,17 +158,6 @@ def test_bad_input_is_one_line_exit_2_and_no_output(
     assert captured.err.count("\n") == 1 and captured.err.startswith("dflash-matrix: ")
     assert fragment in captured.err
     assert sorted(tmp_path.rglob("*")) == before  # nothing written, not even the output directory
-
-
-def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
-    bad = write(tmp_path, "bad.toml", BASIC_MATRIX.replace('"cpu"', '"tpu"'))
-    done = subprocess.run(
-        [sys.executable, "-m", "harness.cli", "cells", str(bad)], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 2
-    assert done.stdout == ""
-    lanes = "cpu, selection, gpu, gpu_emulated, fake"
-    assert done.stderr == f"dflash-matrix: {bad}: matrix.lane: 'tpu' is not a lane (valid: {lanes})\n"
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

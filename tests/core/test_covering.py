@@ -15,6 +15,8 @@ from harness.matrix import Matrix, Selector, covering, expand, load_matrix, sele
 
 from .samples import BASIC_MATRIX, matrix_from, write
 
+pytestmark = pytest.mark.pure
+
 COVERED = """
 [cover]
 method = ["dflash", "dflash2", "dspark"]

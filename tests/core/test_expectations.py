@@ -15,6 +15,8 @@ from harness.verdict import Outcome, Verdict
 
 from .samples import OBSERVATIONS, RULES, cell_named, matrix_from, write
 
+pytestmark = pytest.mark.pure
+
 
 def test_last_matching_rule_wins_and_default_covers_the_rest(tmp_path: Path) -> None:
     matrix = matrix_from(tmp_path, expectations=RULES)

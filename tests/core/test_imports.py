@@ -11,6 +11,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.pure
+
 HARNESS = Path(__file__).resolve().parents[2] / "harness"
 
 

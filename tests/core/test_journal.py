@@ -16,6 +16,8 @@ from harness.verdict import Verdict
 
 from .samples import journal_lines, matrix_from, result, rewrite_lines, write_journal
 
+pytestmark = pytest.mark.pure
+
 
 @pytest.fixture
 def cells(tmp_path: Path) -> list[Any]:

@@ -11,6 +11,8 @@ from harness.matrix import expand, load_matrix
 
 from .samples import BASIC_MATRIX, matrix_from, write
 
+pytestmark = pytest.mark.pure
+
 
 def test_expansion_is_the_product_of_the_axes_in_file_order(tmp_path: Path) -> None:
     cells = expand(matrix_from(tmp_path))

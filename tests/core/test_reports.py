@@ -25,6 +25,8 @@ from harness.verdict import Verdict
 
 from .samples import BASIC_MATRIX, CONTRACT_KEYS, matrix_from, result, write_journal
 
+pytestmark = pytest.mark.pure
+
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parent / "schemas" / "junit-10.xsd")
 REPORTS = ("junit.xml", "matrix.json", "matrix.md", "matrix.html")
 STALE = ["expect.toml: expect[2] (old rule | with a pipe) matches no cell that it decides"]

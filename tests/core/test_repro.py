@@ -12,6 +12,8 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.pure
+
 CELL: dict[str, Any] = {
     "id": "sm90-TRITON_ATTN-causal-sink-nocubin-v2",
     "lane": "selection",

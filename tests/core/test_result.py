@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from harness.expectations import Expectation
 from harness.matrix import expand
 from harness.observation import Claim
@@ -13,6 +15,8 @@ from harness.result import CellResult, decide
 from harness.verdict import ClaimGap, Outcome, Stage, Verdict
 
 from .samples import CONTRACT_KEYS, OBSERVATIONS, matrix_from, ran, result
+
+pytestmark = pytest.mark.pure
 
 
 def test_record_carries_the_contract_and_reads_back(tmp_path: Path) -> None:

@@ -12,6 +12,8 @@ from harness.verdict import VERDICTS, ClaimGap, Judgement, Outcome, Stage, Verdi
 
 from .samples import OBSERVATIONS, ran
 
+pytestmark = pytest.mark.pure
+
 
 def test_vocabulary_is_exact() -> None:
     assert VERDICTS == (

@@ -12,6 +12,8 @@ import pytest
 
 from harness.attention.apis import ApiUnavailable, VllmApis
 
+pytestmark = pytest.mark.pure
+
 ANY_NON_CAUSAL = "vllm.model_executor.models.qwen3_dflash.dflash_has_any_non_causal"
 DRAFT_CAUSAL = "vllm.v1.worker.gpu.spec_decode.dflash.utils.get_dflash_causal"
 

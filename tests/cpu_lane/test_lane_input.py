@@ -14,6 +14,8 @@ from harness.expectations import expectations_for
 from harness.lanes.cpu import create
 from harness.matrix import expand, load_matrix
 
+pytestmark = pytest.mark.vllm
+
 MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "cpu.toml"
 
 

@@ -22,6 +22,8 @@ from harness.cuda.devices import (
     worker_number,
 )
 
+pytestmark = pytest.mark.process
+
 H100 = "NVIDIA H100 80GB HBM3:9.0"
 A100 = "NVIDIA A100-SXM4-80GB:8.0"
 REPO = Path(__file__).resolve().parents[2]

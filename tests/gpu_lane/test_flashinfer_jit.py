@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.cuda import flashinfer_jit
+
+pytestmark = pytest.mark.pure
 
 
 def _nvcc(folder: Path) -> Path:

@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
 from harness.cuda.devices import REFUSAL
+
+pytestmark = pytest.mark.process
 
 H100 = "NVIDIA H100 80GB HBM3:9.0"
 A100 = "NVIDIA A100-SXM4-80GB:8.0"

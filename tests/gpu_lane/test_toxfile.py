@@ -14,7 +14,7 @@ from harness.cuda.devices import REFUSAL
 
 REPO = Path(__file__).resolve().parents[2]
 TOX = shutil.which("tox")
-pytestmark = pytest.mark.skipif(TOX is None, reason="the tox command is not on PATH")
+pytestmark = [pytest.mark.process, pytest.mark.skipif(TOX is None, reason="the tox command is not on PATH")]
 
 
 def _tox(work: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,8 @@ from harness.reports import build
 
 from .planted import write_good_reports
 
+pytestmark = pytest.mark.pure
+
 REPORTS = ("junit.xml", "matrix.json", "matrix.md")
 SCHEMA = Path(__file__).parents[1] / "core" / "schemas" / "junit-10.xsd"
 

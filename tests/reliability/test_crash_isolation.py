@@ -18,6 +18,8 @@ from harness.verdict import Verdict
 
 from .planted import cell_ids, run_matrix_pytest, write_fake_matrix
 
+pytestmark = pytest.mark.process
+
 BACKENDS = [f"{letter}_ATTN" for letter in "ABCDEFGHIJ"]
 CELLS = cell_ids(BACKENDS)
 PLANTED = {

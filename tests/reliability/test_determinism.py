@@ -7,11 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from .planted import cell_ids, inner_env, write_fake_matrix
+
+pytestmark = pytest.mark.process
 
 BACKENDS = ["A_ATTN", "B_ATTN", "C_ATTN"]
 # One cell of every fault the fake lane can plant.

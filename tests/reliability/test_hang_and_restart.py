@@ -17,6 +17,8 @@ from harness.verdict import Stage, Verdict
 
 from .planted import cell_ids, write_fake_matrix
 
+pytestmark = pytest.mark.process
+
 CELLS = cell_ids(["A_ATTN"])
 
 

@@ -21,6 +21,8 @@ from harness.cli import main
 
 from .planted import inner_env, write_good_reports
 
+pytestmark = pytest.mark.process
+
 
 @dataclass(frozen=True)
 class Good:

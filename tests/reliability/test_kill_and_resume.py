@@ -22,6 +22,8 @@ from harness.reports.markdown import md
 
 from .planted import cell_ids, inner_env, matrix_pytest_argv, run_matrix_pytest, write_fake_matrix
 
+pytestmark = pytest.mark.process
+
 BACKENDS = ["A_ATTN", "B_ATTN", "C_ATTN", "D_ATTN"]
 CELLS = cell_ids(BACKENDS)
 PLANTED = {"A_ATTN-noncausal-sink": "abort", "B_ATTN-causal-sink": "mismatch"}

@@ -24,6 +24,8 @@ from harness.runner.warm import DeviceQueries, WarmParent, fork_hazard
 
 from .planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
+pytestmark = pytest.mark.process
+
 
 def _parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -18,6 +18,8 @@ from harness.runner.supervisor import CellRunner
 
 from .planted import cell_ids, write_fake_matrix
 
+pytestmark = pytest.mark.process
+
 
 def process_facts(lane: Any) -> None:
     """Plant: each cell's details say what its process looked like when the cell ended."""

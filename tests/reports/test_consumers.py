@@ -29,6 +29,8 @@ from harness.verdict import Stage
 
 from .consumers import enricomi, junit2html, xunit_viewer
 
+pytestmark = pytest.mark.process
+
 SCHEMA = xmlschema.XMLSchema(Path(__file__).parents[1] / "core" / "schemas" / "junit-10.xsd")
 CELLS = [f"{b}-{c}-{s}" for b in ("A_ATTN", "B_ATTN") for c in ("causal", "noncausal") for s in ("sink", "nosink")]
 # Not lane actions (they would kill this process): journaled as the runner journals a dead or hung cell.

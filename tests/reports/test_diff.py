@@ -14,6 +14,8 @@ from harness.result import CellResult
 
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
+pytestmark = pytest.mark.pure
+
 NEXT_NIGHT = {**DEFAULT_ENV, "vllm_version": "0.34.0.dev1"}
 
 

@@ -11,9 +11,11 @@ from harness.cli import main
 from harness.errors import InputError
 from harness.reports.backend_table import Feature, capability_matches, load_backend_table, parse_backend_table
 from harness.reports.drift import check_drift
-from harness.reports.merge import Row
+from harness.reports.model import CellRun
 
 from .shards import cell, write_shard
+
+pytestmark = pytest.mark.pure
 
 DATA = Path(__file__).parent / "data"
 TABLE = DATA / "attention_backends.md"
@@ -70,8 +72,8 @@ def test_a_file_without_a_backend_table_is_bad_input(text: str) -> None:
         parse_backend_table(text, "x.md")
 
 
-def _rows(*cells: object, run: str = "r") -> list[Row]:
-    return [Row(run, c) for c in cells]  # type: ignore[arg-type]
+def _rows(*cells: object, run: str = "r") -> list[CellRun]:
+    return [CellRun(run, c) for c in cells]  # type: ignore[arg-type]
 
 
 def test_disagreements_agreements_and_the_evidence_rules() -> None:

@@ -25,6 +25,8 @@ from harness.verdict import Verdict
 
 from .shards import DEFAULT_ENV, cell, write_shard
 
+pytestmark = pytest.mark.pure
+
 SINK: dict[str, Any] = {"backend": "TRITON_ATTN", "sink": True}
 WRONG = "requested TRITON_ATTN: draft layers carry FLASH_ATTN"
 

@@ -11,6 +11,8 @@ from harness.cli import main
 
 from .shards import cell, write_shard
 
+pytestmark = pytest.mark.pure
+
 BILLION_LAUGHS = """<?xml version="1.0"?>
 <!DOCTYPE lolz [
  <!ENTITY lol "lol">

@@ -6,11 +6,15 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from harness.reports.build import render_reports
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
 
 from .shards import DEFAULT_ENV, cell, write_shard
+
+pytestmark = pytest.mark.pure
 
 HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 

@@ -21,6 +21,8 @@ from harness.reports.merge import merge
 
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
+pytestmark = pytest.mark.process
+
 HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 HOSTILE_DEVICE = "GPU <i>x</i> </script>"
 B200 = {**DEFAULT_ENV, "device": "NVIDIA B200"}

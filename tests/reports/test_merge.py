@@ -20,6 +20,8 @@ from harness.reports.step_summary import SUMMARY_LIMIT_BYTES, TRUNCATED_NOTE, ap
 
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
+pytestmark = pytest.mark.pure
+
 XSD = Path(__file__).parents[1] / "core" / "schemas" / "junit-10.xsd"
 B200 = {**DEFAULT_ENV, "device": "NVIDIA B200"}
 VLLM_034 = {**DEFAULT_ENV, "vllm_version": "0.34.0"}

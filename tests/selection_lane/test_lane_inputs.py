@@ -18,6 +18,8 @@ from harness.lanes.selection import create
 from harness.lanes.selection.rejections import rejection_reasons
 from harness.matrix import expand, load_matrix
 
+pytestmark = pytest.mark.pure
+
 SHIPPED = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
 
 

@@ -8,10 +8,14 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from harness.contracts.lanes import SELECTION
 from harness.matrix import expand, load_matrix
 from harness.stages import Stage
 from harness.verdict import Verdict, judge
+
+pytestmark = pytest.mark.vllm
 
 LACKS_V1 = "this vLLM release lacks vllm.v1.spec_decode.dflash.DFlashProposer (ModuleNotFoundError)"
 
@@ -24,30 +28,30 @@ class ReleaseWithoutV1:
         return LACKS_V1 if loader == "v1" else None
 
 
-def _session() -> Any:
-    from harness.lanes.selection.session import SimulatedSession  # imports torch, not vLLM
+def _state() -> Any:
+    from harness.lanes.selection.process_state import ProcessState  # imports torch, not vLLM
 
-    session: Any = object.__new__(SimulatedSession)
-    session.gpu = SimpleNamespace(flashinfer_cubin=True)
-    session.installed = SimpleNamespace(gpu=SimpleNamespace(device_name="Simulated SM90"), libcuda="stub")
-    session.options = SimpleNamespace(target_backend=None)
-    session.not_in_matrix = ()
-    session.apis = ReleaseWithoutV1()
+    state: Any = object.__new__(ProcessState)
+    state.gpu = SimpleNamespace(flashinfer_cubin=True)
+    state.installed = SimpleNamespace(gpu=SimpleNamespace(device_name="Simulated SM90"), libcuda="stub")
+    state.options = SimpleNamespace(target_backend=None)
+    state.not_in_matrix = ()
+    state.apis = ReleaseWithoutV1()
 
     def platform_asked(cell: Any) -> Any:
         raise RuntimeError("Found no NVIDIA driver on your system")  # what a device-probing check does here
 
-    session.select = platform_asked
-    return session
+    state.select = platform_asked
+    return state
 
 
 def test_a_loader_the_release_lacks_is_unavailable_before_the_platform_is_asked() -> None:
     cells = {cell.id: cell for cell in expand(load_matrix("matrices/selection.toml"))}
-    session, stages = _session(), list[Stage]()
+    state, stages = _state(), list[Stage]()
     for loader in ("v1", "v2"):
         cell = cells[f"sm90-FLASH_ATTN-causal-sink-{loader}-cubin"]
         assert SELECTION.value(cell.values, "loader") == loader
-        judgement = judge(session.observe(cell, stages.append))
+        judgement = judge(state.observe(cell, stages.append))
         if loader == "v1":
             assert judgement.verdict == Verdict.UNAVAILABLE and LACKS_V1 in judgement.message
             assert stages == []  # the platform was never asked

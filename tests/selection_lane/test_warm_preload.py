@@ -16,6 +16,8 @@ from harness.matrix import expand, load_matrix
 from harness.runner.supervisor import CellRunner
 from harness.runner.warm import WarmParent
 
+pytestmark = pytest.mark.vllm
+
 PLANTED = "dflash_planted_asks_device_count"
 
 

@@ -16,6 +16,8 @@ from harness.bundled import matrix_path, shipped_matrices
 from harness.cuda import stub_driver
 from harness.releases import provenance as vllm_release
 
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 PASSING_FAKE = """

@@ -13,6 +13,9 @@ from harness.releases.install import (
     requirement_name,
     split_arguments,
 )
+from harness.releases.provenance import installed_version
+
+pytestmark = pytest.mark.pure
 
 # Requires-Dist lines as vLLM 0.30.0's wheel publishes them (trimmed).
 VLLM_0_30_0 = (
@@ -74,3 +77,8 @@ def test_cuda_python_is_floored_at_its_metapackage_unless_vllm_or_the_user_names
     assert clash_floors(VLLM_0_30_0) == ("cuda-python>=12.8",)
     assert clash_floors([*VLLM_0_30_0, "cuda-python==12.6.2.post1"]) == ()
     assert clash_floors(VLLM_0_30_0, overrides=("cuda_python==12.9.0",)) == ()
+
+
+def test_a_lane_reports_each_package_it_ran_with_and_the_missing_ones_as_such() -> None:
+    assert installed_version("pytest") == pytest.__version__
+    assert installed_version("dflash-no-such-distribution") == "not installed"

@@ -12,6 +12,8 @@ from harness.releases import envs as release_envs
 from harness.releases.bisection import Uninstallable
 from harness.releases.envs import COMPLETE, ReleaseEnvs
 
+pytestmark = pytest.mark.pure
+
 
 class FakeInstaller:
     def __init__(self, broken: tuple[str, ...] = ()):

@@ -15,8 +15,8 @@ draft's layers, and what does the platform choose), never that a kernel computes
 on that GPU. One process simulates one (capability, FlashInfer cubin) pair, because vLLM
 caches selection helpers without the capability in their key (the contract's process key).
 
-Layout: this module is the lane (``SelectionLane``); ``session`` is everything that touches
-vLLM for one simulated GPU in one process; ``census`` sorts vLLM's backend enum;
+Layout: this module is the lane (``SelectionLane``); ``process_state`` is everything that
+touches vLLM for one simulated GPU in one process; ``census`` sorts vLLM's backend enum;
 ``rejections`` reads vLLM's refusals. The checkpoints (config only), engine configs,
 distributed init, loaders and vLLM entry points come from ``harness.attention``, shared with
 the other lanes.
@@ -24,7 +24,6 @@ the other lanes.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -33,11 +32,11 @@ from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import NotSimulatable, SimulatedGpu, install
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
-from harness.releases.provenance import vllm_provenance
+from harness.releases.provenance import installed_version, vllm_provenance
 from harness.stages import Stage, StageLog
 
 if TYPE_CHECKING:
-    from harness.lanes.selection.session import SimulatedSession
+    from harness.lanes.selection.process_state import ProcessState
 
 
 def gpu_for(cell: Cell) -> SimulatedGpu:
@@ -51,7 +50,7 @@ class SelectionLane:
         self.matrix = matrix
         self.options: SelectionOptions = matrix.lane_options
         self.backends = frozenset(str(b) for b in dict(matrix.axes)["backend"])
-        self._session: SimulatedSession | None = None
+        self._state: ProcessState | None = None
         self._startup_error: BaseException | None = None
         self._after_install: list[Callable[[], None]] = []
 
@@ -61,7 +60,7 @@ class SelectionLane:
         Planted faults that patch vLLM go through here: importing vLLM any earlier would
         resolve the platform before the lane can simulate the cell's GPU generation.
         """
-        if self._session is not None:
+        if self._state is not None:
             raise RuntimeError("the simulated platform is already installed; hooks must be added before the first cell")
         self._after_install.append(hook)
 
@@ -73,11 +72,7 @@ class SelectionLane:
             # One run covers every generation its matrix lists, one cell process each.
             "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
         }
-        for distribution in ("vllm", "torch", "flashinfer-python", "triton"):
-            try:
-                env[distribution] = importlib.metadata.version(distribution)
-            except importlib.metadata.PackageNotFoundError:
-                env[distribution] = "not installed"
+        env.update({name: installed_version(name) for name in ("vllm", "torch", "flashinfer-python", "triton")})
         env.update(vllm_provenance())
         if self.options.target_backend:
             env["target_backend"] = self.options.target_backend
@@ -86,30 +81,30 @@ class SelectionLane:
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
         stage_log(Stage.CONFIG)
         try:
-            session = self._session_for(cell)
+            state = self._state_for(cell)
         except NotSimulatable as why:
             return Observation(requested_backend=cell.requested_backend, unavailable=str(why))
-        return session.observe(cell, stage_log)
+        return state.observe(cell, stage_log)
 
-    def _session_for(self, cell: Cell) -> SimulatedSession:
+    def _state_for(self, cell: Cell) -> ProcessState:
         if self._startup_error is not None:
             raise self._startup_error
         gpu = gpu_for(cell)
-        if self._session is None:
+        if self._state is None:
             try:
-                # The platform first: torch and vLLM are imported only after, by the session module.
+                # The platform first: torch and vLLM are imported only after, by process_state.
                 install(gpu)
-                from harness.lanes.selection.session import SimulatedSession
+                from harness.lanes.selection.process_state import ProcessState
 
-                self._session = SimulatedSession(gpu, self.options, self.backends)
+                self._state = ProcessState(gpu, self.options, self.backends)
                 for hook in self._after_install:
                     hook()
             except BaseException as error:
                 self._startup_error = error
                 raise
-        elif self._session.gpu != gpu:
-            raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._session.gpu}")
-        return self._session
+        elif self._state.gpu != gpu:
+            raise RuntimeError(f"cell {cell.id} needs {gpu}, this process simulates {self._state.gpu}")
+        return self._state
 
 
 def create(matrix: Matrix) -> SelectionLane:

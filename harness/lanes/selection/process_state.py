@@ -84,9 +84,10 @@ class Selection:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class SimulatedSession:
-    """Everything that touches vLLM, for one simulated GPU in one process: imported once,
-    checkpoints written once, distributed state initialised once, reused by every cell."""
+class ProcessState:
+    """The selection lane's vLLM state in one cell process, for its one simulated GPU: vLLM
+    imported once, checkpoints written once, distributed state initialised once, reused by every
+    cell. (Not a session: the run's session is ``harness.runner.session.MatrixSession``.)"""
 
     def __init__(self, gpu: SimulatedGpu, options: SelectionOptions, matrix_backends: frozenset[str]):
         self.gpu = gpu

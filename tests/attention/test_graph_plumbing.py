@@ -18,6 +18,8 @@ from harness.verdict import Stage
 
 from .emulated_graphs import EmulatedGraphs, SilentGraphs, StaleGraphs
 
+pytestmark = pytest.mark.vllm
+
 
 class StaticLayer:
     """A stand-in for a prepared layer: static input and output buffers, one kernel."""
