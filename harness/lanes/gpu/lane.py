@@ -21,7 +21,6 @@ CUDA-graph forward (``GraphForward``).
 
 from __future__ import annotations
 
-import importlib.metadata
 import platform
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -33,18 +32,11 @@ from harness.lanes.gpu.host import CudaHost, Host, require_device
 from harness.lanes.protocol import Aftermath
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation, one_line
-from harness.releases.provenance import vllm_provenance
+from harness.releases.provenance import installed_version, vllm_provenance
 from harness.stages import Stage, StageLog
 
 if TYPE_CHECKING:
     from harness.attention.workspace import Workspace
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 class GpuLane:
@@ -64,11 +56,11 @@ class GpuLane:
         # its simulated platform first), so versions come from the installed distributions.
         return {
             "lane": self.matrix.lane,
-            "vllm": _version("vllm"),
+            "vllm": installed_version("vllm"),
             **vllm_provenance(),
-            "torch": _version("torch"),
-            "flashinfer": _version("flashinfer-python"),
-            "triton": _version("triton"),
+            "torch": installed_version("torch"),
+            "flashinfer-python": installed_version("flashinfer-python"),
+            "triton": installed_version("triton"),
             **self.host.environment(),
             "python": platform.python_version(),
         }
