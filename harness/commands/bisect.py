@@ -23,7 +23,12 @@ import time
 from pathlib import Path
 
 from harness.bundled import matrix_path
-from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
+from harness.commands.release_range import (
+    add_release_arguments,
+    check_overridden,
+    chosen_releases,
+    release_envs,
+)
 from harness.errors import InputError
 from harness.matrix import expand, load_matrix
 from harness.releases.bisection import Answers, BisectError, bisect
@@ -46,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(path, "cells", f"no cell {unknown[0]!r} in this matrix (list them: dflash-matrix cells)")
     envs = release_envs(args, "bisect")
     releases = chosen_releases(args, "bisect")
+    check_overridden(args, releases)
     out = Path(args.out)
     root = envs.root
     runs: list[dict[str, object]] = []

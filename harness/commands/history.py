@@ -28,7 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.bundled import matrix_path, shipped_matrices
-from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
+from harness.commands.release_range import (
+    add_release_arguments,
+    check_overridden,
+    chosen_releases,
+    release_envs,
+)
 from harness.errors import InputError
 from harness.matrix import load_matrix
 from harness.releases.environment import LANE, EnvironmentFailure
@@ -53,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     load_matrix(path)  # bad input stops here, before anything is installed
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
     releases = chosen_releases(args, "history")
+    check_overridden(args, releases)
     out = Path(args.out)
     pytest_args = ["-k", args.keyword] if args.keyword else []
     reports: list[Path] = []

@@ -67,7 +67,7 @@ def release_envs(args: argparse.Namespace, subfolder: str) -> ReleaseEnvs:
         if not release or not pins.strip() or pins.startswith("="):  # "name==1.0" alone names no release
             raise InputError("--override", "", f"{item!r} is not RELEASE=PINS such as 0.34.0=flashinfer-python==0.7.4")
         try:
-            chosen = parse_overrides(pins)
+            chosen = parse_overrides(pins, given_by=release)
         except ValueError as error:
             raise InputError("--override", "", str(error)) from None
         assert chosen is not None  # pins.strip() is not empty
@@ -121,3 +121,11 @@ def chosen_releases(args: argparse.Namespace, command: str) -> tuple[str, ...]:
             near = [v for v in offered if Version(v).major == Version(text).major][:12]
             raise InputError(option, "", f"vLLM {text} is not offered by the package index", near)
     return releases_between(offered, args.old, new)
+
+
+def check_overridden(args: argparse.Namespace, releases: tuple[str, ...]) -> None:
+    """An --override for a release the range does not hold would silently do nothing: refuse it."""
+    for item in args.override:
+        release = item.partition("=")[0]
+        if release not in releases:
+            raise InputError("--override", "", f"{release} is not a release of this range", releases)

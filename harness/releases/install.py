@@ -91,9 +91,10 @@ def clash_floors(requires_dist: Iterable[str], overrides: Sequence[str] = ()) ->
     return tuple(floor for floor in FILE_CLASH_FLOORS if requirement_name(floor) not in named)
 
 
-def parse_overrides(text: str) -> tuple[str, ...] | None:
+def parse_overrides(text: str, given_by: str = OVERRIDES_VARIABLE) -> tuple[str, ...] | None:
     """An explicit choice of overrides: exact pins, ``name==version``, separated by spaces or
-    commas; ``none`` for no overrides at all. None when nothing is given (the recorded ones apply)."""
+    commas; ``none`` for no overrides at all. None when nothing is given (the recorded ones apply).
+    ``given_by`` names where the text came from in the error."""
     if not text.strip():
         return None
     if text.strip() == NO_OVERRIDES:
@@ -102,7 +103,7 @@ def parse_overrides(text: str) -> tuple[str, ...] | None:
     for override in overrides:
         if not _EXACT_PIN.match(override):
             raise ValueError(
-                f"{OVERRIDES_VARIABLE}: {override!r} is not an exact pin such as flashinfer-python==0.7.4 "
+                f"{given_by}: {override!r} is not an exact pin such as flashinfer-python==0.7.4 "
                 f"(or {NO_OVERRIDES!r} for the release as published)"
             )
     return overrides

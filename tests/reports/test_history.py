@@ -206,6 +206,7 @@ def test_a_crash_importing_a_package_while_building_is_a_verdict(tmp_path: Path)
         (["--new", "0.33.0"], "--old is needed"),
         (["--old", "0.24.0", "--override", "0.34.0=flashinfer-python>=0.7"], "is not an exact pin"),
         (["--old", "0.24.0", "--override", "flashinfer-python==0.7.4"], "is not RELEASE=PINS"),
+        (["--old", "0.24.0", "--override", "0.34=none"], "0.34 is not a release of this range (valid: 0.24.0, 0.33.0)"),
         (["--old", "0.24.0", "--reuse-env", "0.33.0=/nonexistent"], "is not RELEASE=PATH of a venv"),
     ],
 )
