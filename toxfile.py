@@ -35,7 +35,7 @@ import hashlib
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +45,7 @@ from tox.plugin import impl
 from tox.tox_env.errors import Fail
 
 GPU_ENV = "gpu"
+INSTALLER = "harness/releases/install.py"  # the lane envs' install_command runs it
 _ROOT = Path(__file__).parent
 # tox commands that set an env up (legacy is `tox -e NAME` without a subcommand).
 _SETTING_UP = frozenset({"run", "r", "run-parallel", "p", "exec", "e", "devenv", "d", "legacy", "le"})
@@ -80,24 +81,46 @@ def _default_release() -> str:
     return parser["vllm"]["release"]
 
 
-def vllm_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
-    """The env-directory suffix for the vLLM the DFLASH_VLLM* variables choose ('' = the default)."""
+def vllm_env_suffix(
+    environ: Mapping[str, str], default_release: str, recorded: Callable[[str], str] = lambda release: ""
+) -> str:
+    """The env-directory suffix for the vLLM the DFLASH_VLLM* variables choose ('' = the default).
+
+    ``recorded(release)``: the pins the installer applies to that release unless told otherwise
+    (overrides.toml), so an env built before an override was recorded is never reused for it."""
     requirement = environ.get("DFLASH_VLLM") or f"vllm=={environ.get('DFLASH_VLLM_VERSION') or default_release}"
-    overrides = environ.get("DFLASH_VLLM_OVERRIDES", "").strip()
+    release = requirement.removeprefix("vllm==")
+    overrides = environ.get("DFLASH_VLLM_OVERRIDES", "").strip() or recorded(release)
     if requirement == f"vllm=={default_release}" and not overrides:
         return ""
-    release = requirement.removeprefix("vllm==")
     if overrides or not release.replace(".", "").isalnum():
         return "-vllm-" + hashlib.sha256(f"{requirement}\n{overrides}".encode()).hexdigest()[:12]
     return f"-vllm-{release}"
 
 
+@functools.cache
+def _installer() -> ModuleType:
+    return _load("dflash_matrix_install", _ROOT / INSTALLER)
+
+
+def _recorded_pins(release: str) -> str:
+    """The overrides recorded for ``release`` on this Python (tox builds the env with it); a bad
+    overrides file is refused here, in one line, before anything is installed."""
+    installer = _installer()
+    try:
+        book = installer.load_overrides()
+    except installer.OverrideFileError as error:
+        raise _Refusal(f"dflash-matrix: {error.line()}", installer.EXIT_BAD_INPUT) from None
+    entry = installer.recorded_override(release, installer.python_version(), book)
+    return " ".join(entry.pins) if entry is not None else ""
+
+
 def _place_vllm_env(env_conf: Any, core: Any) -> None:
     if "install_command" not in env_conf:  # the packaging env (.pkg)
         return
-    if not any("vllm_install.py" in str(arg) for arg in env_conf["install_command"].args):
+    if not any(str(arg).endswith(INSTALLER) for arg in env_conf["install_command"].args):
         return
-    suffix = vllm_env_suffix(os.environ, _default_release())
+    suffix = vllm_env_suffix(os.environ, _default_release(), _recorded_pins)
     if suffix:
         # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
         # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
@@ -147,7 +170,7 @@ def _check_matrix(conf: Any, core: Any) -> None:
 def _check_device(name: str) -> None:
     if name != GPU_ENV:
         return
-    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "gpu_devices.py")
+    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "cuda" / "devices.py")
     try:
         devices.query_environment()
     except devices.NoDevice as refusal:
@@ -159,9 +182,20 @@ def _check(conf: Any, core: Any) -> None:
     _check_device(conf.name)
 
 
+def _refuse(refusal: _Refusal) -> None:
+    # The refusal is the whole answer: tox's own summary lines would only repeat it.
+    sys.stderr.write(refusal.line + "\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(refusal.status)
+
+
 @impl
 def tox_add_env_config(env_conf: Any, state: Any) -> None:
-    _place_vllm_env(env_conf, state.conf.core)
+    try:
+        _place_vllm_env(env_conf, state.conf.core)
+    except _Refusal as refusal:  # a bad overrides file: no env of any vLLM can be placed
+        _refuse(refusal)
     env_conf["set_env"].update(_uv_environment(), override=False)
     options = state.conf.options
     listing = getattr(options, "show_config", False) or getattr(options, "list_envs", False)
@@ -170,11 +204,7 @@ def tox_add_env_config(env_conf: Any, state: Any) -> None:
     try:
         _check(env_conf, state.conf.core)
     except _Refusal as refusal:
-        # The refusal is the whole answer: tox's own summary lines would only repeat it.
-        sys.stderr.write(refusal.line + "\n")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(refusal.status)
+        _refuse(refusal)
 
 
 @impl

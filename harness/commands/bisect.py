@@ -6,8 +6,12 @@
 The releases in between are those the package index offers (asked of pip). Each release
 probed is installed once into a cached venv under --cache (at most --keep-envs at a time, the
 least recently used deleted first; --reuse-env RELEASE=PATH adds an env you already have),
-and only the requested cells run there. Prints one line per cell, names the releases that
-could not be installed, and writes bisect.json (answers, probes, install and run times, disk).
+and only the requested cells run there. A release installs with the overrides recorded for it
+(harness/releases/overrides.toml) unless --override names its own; each probe says which. A
+release that gives no verdict (it does not install, its lane does not start, or the cells crash
+importing vLLM) is an environment failure: named with its reason, stepped around, never a change.
+Prints one line per cell, then each environment failure, and writes bisect.json (answers, probes,
+environment failures, install and run times, disk).
 """
 
 from __future__ import annotations
@@ -16,14 +20,19 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 from harness.bundled import matrix_path
-from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
+from harness.commands.release_range import (
+    add_release_arguments,
+    check_overridden,
+    chosen_releases,
+    release_envs,
+)
 from harness.errors import InputError
 from harness.matrix import expand, load_matrix
-from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect
+from harness.releases.bisection import Answers, BisectError, bisect
+from harness.releases.environment import EnvironmentFailure
 from harness.releases.envs import run_cells, slug
 
 
@@ -42,19 +51,25 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(path, "cells", f"no cell {unknown[0]!r} in this matrix (list them: dflash-matrix cells)")
     envs = release_envs(args, "bisect")
     releases = chosen_releases(args, "bisect")
+    check_overridden(args, releases)
     out = Path(args.out)
     root = envs.root
     runs: list[dict[str, object]] = []
 
-    def probe(release: str, cells: object) -> Mapping[str, Signature] | Uninstallable:
-        print(f"bisect: probing vLLM {release} ...", file=sys.stderr, flush=True)
+    def probe(release: str, cells: object) -> Answers | EnvironmentFailure:
+        overrides = envs.overrides_for(release).describe()
+        with_overrides = f" with {overrides}" if overrides else ""
+        print(f"bisect: probing vLLM {release}{with_overrides} ...", file=sys.stderr, flush=True)
         env = envs.env_for(release)
-        if isinstance(env, Uninstallable):
-            print(f"bisect: vLLM {release} cannot be installed: {env.reason}", file=sys.stderr, flush=True)
+        if isinstance(env, EnvironmentFailure):
+            print(f"bisect: {env.line()}", file=sys.stderr, flush=True)
             return env
         started = time.monotonic()
-        answers = run_cells(env, path.resolve(), list(args.cells), out / "releases" / slug(release), root)
-        runs.append({"release": release, "run_s": round(time.monotonic() - started, 1), "cells": len(answers)})
+        report_dir = out / "releases" / slug(release)
+        answers = run_cells(env, path.resolve(), list(args.cells), report_dir, root, release, envs.symptoms(release))
+        seconds = round(time.monotonic() - started, 1)
+        ran = 0 if isinstance(answers, EnvironmentFailure) else len(answers)
+        runs.append({"release": release, "run_s": seconds, "cells": ran})
         return answers
 
     started = time.monotonic()
@@ -68,14 +83,15 @@ def run(args: argparse.Namespace) -> int:
     wall = round(time.monotonic() - started, 1)
     for answer in answers:
         print(answer.line())
-    for release, reason in state.uninstallable.items():
-        print(f"not installable: vLLM {release}: {reason}")
+    failures = state.environment_failures()
+    for failure in failures:
+        print(f"{failure.line()} (stepped around: not a verdict, never a change)")
     out.mkdir(parents=True, exist_ok=True)
     document = {
         "matrix": str(path),
         "releases": list(releases),
         "probed": state.probed,
-        "uninstallable": state.uninstallable,
+        "environment_failures": [failure.to_json() for failure in failures],
         "answers": [answer.to_json() for answer in answers],
         "installs": envs.log,
         "runs": runs,
@@ -85,4 +101,3 @@ def run(args: argparse.Namespace) -> int:
     (out / "bisect.json").write_text(json.dumps(document, indent=2) + "\n")
     print(f"bisect: {len(state.probed)} releases probed in {wall:.0f} s; wrote {out / 'bisect.json'}")
     return 0
-

@@ -7,11 +7,14 @@ The releases are those the package index offers from --old to --new (asked of pi
 defaults to the newest). Each is installed into a release env of its own (the bisect's
 installer and cache; at most --keep-envs at once, default 1, so disk stays at one vLLM env
 beside the cache), the whole lane runs there (`dflash-matrix run`, -n 2 by default), and
-the env is then free to be deleted for the next. A release that cannot be installed is named
-with its reason and left out, and so is one whose lane run wrote no report. The runs are
-merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per release)
-and history.md / history.json: a row per cell, a column per release, each release where the
-cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
+the env is then free to be deleted for the next. Each release installs with the overrides
+recorded for it (harness/releases/overrides.toml) unless --override names its own. A release
+that gives no verdict, an environment failure (it cannot be installed, its lane writes no
+report, or every cell crashed importing vLLM), is named with its reason and left out; a cell
+that gave none in a release that otherwise ran is marked so and never counted as a change. The
+runs are merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per
+release) and history.md / history.json: a row per cell, a column per release, each release where
+the cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
 Exit status 0 once the reports are written.
 """
 
@@ -22,13 +25,19 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.bundled import matrix_path, shipped_matrices
-from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
+from harness.commands.release_range import (
+    add_release_arguments,
+    check_overridden,
+    chosen_releases,
+    release_envs,
+)
 from harness.errors import InputError
 from harness.matrix import load_matrix
-from harness.releases.bisection import Uninstallable
-from harness.releases.envs import run_lane, slug
+from harness.releases.environment import LANE, EnvironmentFailure
+from harness.releases.envs import cell_failures, run_lane, slug
 from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs
@@ -49,20 +58,27 @@ def run(args: argparse.Namespace) -> int:
     load_matrix(path)  # bad input stops here, before anything is installed
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
     releases = chosen_releases(args, "history")
+    check_overridden(args, releases)
     out = Path(args.out)
     pytest_args = ["-k", args.keyword] if args.keyword else []
     reports: list[Path] = []
     runs: list[dict[str, object]] = []
-    uninstallable: dict[str, str] = {}
-    unreported: list[str] = []  # installed, but the lane wrote no matrix.json (it died): named, never dropped
+    left_out: list[EnvironmentFailure] = []  # releases that gave no verdict at all: named, never dropped
+    no_verdict: dict[tuple[str, str], EnvironmentFailure] = {}  # (run key, cell id) of the others' cells
+
+    def leave_out(failure: EnvironmentFailure) -> None:
+        left_out.append(failure)
+        print(f"history: {failure.line()}", file=sys.stderr, flush=True)
+
     started = time.monotonic()
     try:
         for release in releases:
-            print(f"history: vLLM {release} ...", file=sys.stderr, flush=True)
+            overrides = envs.overrides_for(release).describe()
+            with_overrides = f" with {overrides}" if overrides else ""
+            print(f"history: vLLM {release}{with_overrides} ...", file=sys.stderr, flush=True)
             env = envs.env_for(release)
-            if isinstance(env, Uninstallable):
-                uninstallable[release] = env.reason
-                print(f"history: vLLM {release} cannot be installed: {env.reason}", file=sys.stderr, flush=True)
+            if isinstance(env, EnvironmentFailure):
+                leave_out(env)
                 continue
             begun = time.monotonic()
             report_dir = out / "releases" / slug(release)
@@ -70,35 +86,37 @@ def run(args: argparse.Namespace) -> int:
             seconds = round(time.monotonic() - begun, 1)
             runs.append({"release": release, "run_s": seconds, "report": str(report) if report else None})
             if report is None:
-                unreported.append(release)
-                print(f"history: vLLM {release}: the lane wrote no report", file=sys.stderr, flush=True)
+                leave_out(EnvironmentFailure(release, LANE, "the lane ended without writing matrix.json"))
                 continue
+            failure, failed_cells = _no_verdict(release, json.loads(report.read_text()), envs.symptoms(release))
+            if failure is not None:
+                leave_out(failure)
+                continue
+            no_verdict.update(failed_cells)
             print(f"history: vLLM {release} ran in {seconds:.0f} s", file=sys.stderr, flush=True)
             reports.append(report)
     finally:
         if args.clean:
             envs.clean()
     wall = round(time.monotonic() - started, 1)
-    for release, reason in uninstallable.items():
-        print(f"not installable: vLLM {release}: {reason}")
-    for release in unreported:
-        print(f"no report: vLLM {release}: the lane ended without writing matrix.json (see {out / 'releases'})")
+    failures = _summary(left_out, no_verdict)
+    for item in failures:
+        print(item["line"])
     if not reports:
         print("history: no release ran; nothing to report", file=sys.stderr)
         return 1
     with collector_paused():
         merged = merge(load_inputs([str(path) for path in reports]))
         files = render_reports(merged)
-        histories = release_history(merged)
-    notes = [f"vLLM {release} could not be installed: {reason}" for release, reason in uninstallable.items()]
-    notes += [f"vLLM {release} installed, but its lane run wrote no report" for release in unreported]
+        histories = release_history(merged, {key: f"{f.kind}: {f.reason}" for key, f in no_verdict.items()})
+    notes = [str(item["line"]) for item in failures]
     files["history.md"] = history_markdown(histories, notes).encode("utf-8")
-    left_out = {"uninstallable": uninstallable, "unreported": unreported}
-    files["history.json"] = (json.dumps(history_json(histories, left_out), indent=2) + "\n").encode()
+    named = {"environment_failures": failures}
+    files["history.json"] = (json.dumps(history_json(histories, named), indent=2) + "\n").encode()
     run_record = {
         "matrix": str(path),
         "releases": list(releases),
-        **left_out,
+        **named,
         "installs": envs.log,
         "runs": runs,
         "wall_s": wall,
@@ -114,3 +132,34 @@ def run(args: argparse.Namespace) -> int:
         )
     print(f"history: {len(reports)} releases in {wall:.0f} s; wrote {written['history.md']}")
     return 0
+
+
+def _no_verdict(
+    release: str, document: dict[str, Any], symptoms: tuple[str, ...]
+) -> tuple[EnvironmentFailure | None, dict[tuple[str, str], EnvironmentFailure]]:
+    """Why the release as a whole gave no verdict (None: it gave some), and the cells that gave none."""
+    failed = cell_failures(document, release, symptoms)
+    cells = len(document.get("cells") or [])
+    if cells and len(failed) == cells:  # the release said nothing about any cell: leave its run out
+        first = next(iter(failed.values()))
+        others = len({failure.reason for failure in failed.values()}) - 1
+        more = f" (and {others} other reasons)" if others else ""
+        return EnvironmentFailure(release, first.kind, f"every cell ({cells}): {first.reason}{more}"), {}
+    return None, failed
+
+
+def _summary(
+    left_out: list[EnvironmentFailure], no_verdict: dict[tuple[str, str], EnvironmentFailure]
+) -> list[dict[str, object]]:
+    """One entry per release and reason: the releases left out, then the cells that gave no verdict."""
+    entries: list[dict[str, object]] = [
+        {**failure.to_json(), "cells": "all", "line": f"{failure.line()}; left out, not a change"}
+        for failure in left_out
+    ]
+    counts: dict[EnvironmentFailure, int] = {}
+    for failure in no_verdict.values():
+        counts[failure] = counts.get(failure, 0) + 1
+    for failure, count in counts.items():
+        line = f"{failure.line()}; {count} cells, marked as no verdict, not counted as changes"
+        entries.append({**failure.to_json(), "cells": count, "line": line})
+    return entries

@@ -16,7 +16,7 @@ from harness.cuda.stub_driver import cache_dir
 from harness.errors import InputError
 from harness.releases.bisection import releases_between
 from harness.releases.envs import ReleaseEnvs, offered_releases
-from harness.releases.install import parse_overrides
+from harness.releases.install import NO_OVERRIDES, OverrideFileError, load_overrides, parse_overrides
 
 
 def add_release_arguments(parser: argparse.ArgumentParser, *, out: str, keep_envs: int, new_required: bool) -> None:
@@ -35,7 +35,10 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, out: str, keep_env
         action="append",
         default=[],
         metavar="RELEASE=PINS",
-        help="install RELEASE with these dependency pins replaced (0.34.0=flashinfer-python==0.7.4)",
+        help=(
+            "install RELEASE with these dependency pins replaced (0.34.0=flashinfer-python==0.7.4) instead of the "
+            f"overrides recorded for it in harness/releases/overrides.toml; RELEASE={NO_OVERRIDES}: as published"
+        ),
     )
     parser.add_argument("--clean", action="store_true", help="delete the release envs this run built when done")
     parser.set_defaults(new_required=new_required)
@@ -58,18 +61,30 @@ def release_envs(args: argparse.Namespace, subfolder: str) -> ReleaseEnvs:
         if not folder or not (Path(folder) / "bin" / "python").exists():
             raise InputError("--reuse-env", "", f"{item!r} is not RELEASE=PATH of a venv")
         reuse[release] = Path(folder)
-    overrides = {}
+    explicit = {}
     for item in args.override:
         release, _, pins = item.partition("=")
         if not release or not pins.strip() or pins.startswith("="):  # "name==1.0" alone names no release
             raise InputError("--override", "", f"{item!r} is not RELEASE=PINS such as 0.34.0=flashinfer-python==0.7.4")
         try:
-            parse_overrides(pins)
+            chosen = parse_overrides(pins, given_by=release)
         except ValueError as error:
             raise InputError("--override", "", str(error)) from None
-        overrides[release] = pins.strip()
+        assert chosen is not None  # pins.strip() is not empty
+        explicit[release] = chosen
+    try:
+        recorded = load_overrides()
+    except OverrideFileError as error:
+        raise InputError(error.path, error.key, error.problem, error.choices or None) from None
     root = Path(args.cache) if args.cache else cache_dir() / subfolder
-    return ReleaseEnvs(root, keep=max(1, args.keep_envs), requirement=requirement_for, reuse=reuse, overrides=overrides)
+    return ReleaseEnvs(
+        root,
+        keep=max(1, args.keep_envs),
+        requirement=requirement_for,
+        reuse=reuse,
+        recorded=recorded,
+        explicit=explicit,
+    )
 
 
 def _version(text: str, option: str) -> Version:
@@ -106,3 +121,11 @@ def chosen_releases(args: argparse.Namespace, command: str) -> tuple[str, ...]:
             near = [v for v in offered if Version(v).major == Version(text).major][:12]
             raise InputError(option, "", f"vLLM {text} is not offered by the package index", near)
     return releases_between(offered, args.old, new)
+
+
+def check_overridden(args: argparse.Namespace, releases: tuple[str, ...]) -> None:
+    """An --override for a release the range does not hold would silently do nothing: refuse it."""
+    for item in args.override:
+        release = item.partition("=")[0]
+        if release not in releases:
+            raise InputError("--override", "", f"{release} is not a release of this range", releases)

@@ -95,6 +95,7 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
         ("vLLM commit", run.get("vllm_commit")),
         ("dependency overrides", run.get("vllm_overrides")),
+        ("why those overrides", run.get("vllm_overrides_reason")),
         ("torch", run.get("torch_version")),
         ("platform", run.get("platform")),
         ("device", run.get("device")),

@@ -5,8 +5,10 @@ from ``old`` to ``new``, each cell is searched for the first release whose signa
 from the one it has in ``old``. Probing a release (installing it, running the requested
 cells there) is the expensive part, so every probe answers for all cells at once, is made
 once per release, and the next release probed is the middle of an interval some cell still
-needs. A release that cannot be installed is named and stepped around; a change that an
-uninstallable release hides is reported as lying between the two releases around it.
+needs. A release that gave no verdict (an environment failure: it did not install, its lane did
+not start, or a cell crashed importing vLLM; see ``environment``) is named with its reason and
+stepped around, for every cell or for the cells it failed; it is never a signature, so never a
+change. A change that such a release hides is reported as lying between the two releases around it.
 
 Binary search assumes one change. Once a cell's change is pinned between two neighbouring
 releases, the release after it is probed too (the one before it already was), and a cell
@@ -23,18 +25,12 @@ from dataclasses import dataclass, field
 
 from packaging.version import Version
 
+from harness.releases.environment import LANE, EnvironmentFailure
+
 Signature = tuple[str, str]  # (verdict, message)
-
-
-@dataclass(frozen=True)
-class Uninstallable:
-    """A release the installer could not set up, with its one-line reason."""
-
-    release: str
-    reason: str
-
-
-Probe = Callable[[str, Sequence[str]], "Mapping[str, Signature] | Uninstallable"]
+# A probe answers per cell, or fails for the whole release (its install, its lane).
+Answers = Mapping[str, "Signature | EnvironmentFailure"]
+Probe = Callable[[str, Sequence[str]], "Answers | EnvironmentFailure"]
 
 
 @dataclass(frozen=True)
@@ -45,23 +41,28 @@ class CellAnswer:
     first_changed: str | None  # the first release whose signature differs from old's; None = never
     last_same: str | None  # the last release known to have old's signature before that
     changed_more_than_once: bool
-    skipped: tuple[str, ...]  # uninstallable releases between last_same and first_changed
-    history: tuple[tuple[str, Signature], ...]  # every release probed, in release order
+    skipped: tuple[str, ...]  # releases between last_same and first_changed that gave no verdict
+    history: tuple[tuple[str, Signature], ...]  # every release probed that gave a verdict, in release order
+    no_verdict: tuple[EnvironmentFailure, ...] = ()  # every release probed that gave none, and why
 
     def line(self) -> str:
         def show(signature: Signature) -> str:
             verdict, message = signature
             return f"{verdict} ({message})" if message else verdict
 
+        stepped = ""
+        if self.no_verdict:
+            failures = ", ".join(f"{failure.release} ({failure.kind})" for failure in self.no_verdict)
+            stepped = f"; stepped around {failures}: environment failure, no verdict"
         if self.first_changed is None:
-            return f"{self.cell}: unchanged from {self.history[0][0]} to {self.history[-1][0]}: {show(self.old)}"
+            unchanged = f"unchanged from {self.history[0][0]} to {self.history[-1][0]}: {show(self.old)}"
+            return f"{self.cell}: {unchanged}{stepped}"
         changed = dict(self.history)[self.first_changed]
         where = f"first changed in {self.first_changed}"
         if self.skipped:
-            where = (
-                f"changed after {self.last_same}, by {self.first_changed} ({', '.join(self.skipped)} not installable)"
-            )
-        text = f"{self.cell}: {where}: {show(self.old)} -> {show(changed)}"
+            silent = ", ".join(self.skipped)
+            where = f"changed after {self.last_same}, by {self.first_changed} ({silent} gave no verdict)"
+        text = f"{self.cell}: {where}: {show(self.old)} -> {show(changed)}{stepped}"
         if self.changed_more_than_once:
             seen = ", ".join(f"{release} {signature[0]}" for release, signature in self.history)
             text += f"; CHANGED MORE THAN ONCE in the range (probed: {seen})"
@@ -75,8 +76,9 @@ class CellAnswer:
             "first_changed": self.first_changed,
             "last_same": self.last_same,
             "changed_more_than_once": self.changed_more_than_once,
-            "uninstallable_between": list(self.skipped),
+            "no_verdict_between": list(self.skipped),
             "history": [{"release": release, "verdict": sig[0], "message": sig[1]} for release, sig in self.history],
+            "environment_failures": [failure.to_json() for failure in self.no_verdict],
             "line": self.line(),
         }
 
@@ -85,13 +87,25 @@ class CellAnswer:
 class BisectState:
     releases: tuple[str, ...]
     cells: tuple[str, ...]
-    seen: dict[str, Mapping[str, Signature]] = field(default_factory=dict)
-    uninstallable: dict[str, str] = field(default_factory=dict)
+    seen: dict[str, dict[str, Signature]] = field(default_factory=dict)  # the verdicts each probe gave
+    failed: dict[str, EnvironmentFailure] = field(default_factory=dict)  # releases that gave no verdict at all
+    cells_failed: dict[str, dict[str, EnvironmentFailure]] = field(default_factory=dict)  # ... for some cells
     probed: list[str] = field(default_factory=list)  # in the order they were probed
 
     def signature(self, release: str, cell: str) -> Signature | None:
-        answers = self.seen.get(release)
-        return answers.get(cell) if answers is not None else None
+        return self.seen.get(release, {}).get(cell)
+
+    def failure(self, release: str, cell: str) -> EnvironmentFailure | None:
+        return self.failed.get(release) or self.cells_failed.get(release, {}).get(cell)
+
+    def environment_failures(self) -> list[EnvironmentFailure]:
+        """Each release's failures in probe order, one per release and reason (cells sharing one
+        reason, the usual case when vLLM cannot be imported, are one failure)."""
+        found: list[EnvironmentFailure] = []
+        for release in self.probed:
+            failures = [self.failed[release]] if release in self.failed else self.cells_failed.get(release, {}).values()
+            found += [failure for failure in dict.fromkeys(failures) if failure not in found]
+        return found
 
 
 def order_releases(releases: Sequence[str]) -> tuple[str, ...]:
@@ -115,23 +129,28 @@ def bisect(releases: Sequence[str], cells: Sequence[str], probe: Probe) -> tuple
     if len(state.releases) < 2:
         raise BisectError("bisect needs two different releases")
 
-    def run(release: str) -> bool:
-        if release in state.seen or release in state.uninstallable:
-            return release in state.seen
+    def run(release: str) -> None:
+        if release in state.probed:
+            return
         state.probed.append(release)
         answer = probe(release, state.cells)
-        if isinstance(answer, Uninstallable):
-            state.uninstallable[release] = answer.reason
-            return False
-        missing = [cell for cell in state.cells if cell not in answer]
-        if missing:
-            raise BisectError(f"vLLM {release} gave no verdict for {', '.join(missing)}")
-        state.seen[release] = dict(answer)
-        return True
+        if isinstance(answer, EnvironmentFailure):
+            state.failed[release] = answer
+            return
+        silent = EnvironmentFailure(release, LANE, "the lane gave no verdict for the cell")
+        for cell in state.cells:
+            given = answer.get(cell, silent)
+            if isinstance(given, EnvironmentFailure):
+                state.cells_failed.setdefault(release, {})[cell] = given
+            else:
+                state.seen.setdefault(release, {})[cell] = given
 
     for end in (state.releases[0], state.releases[-1]):
-        if not run(end):
-            raise BisectError(f"vLLM {end} cannot be installed: {state.uninstallable[end]}")
+        run(end)
+        for cell in state.cells:
+            failure = state.failure(end, cell)
+            if failure is not None:  # an end of the range is the reference: nothing to step around to
+                raise BisectError(f"{cell} cannot be bisected from {end}: {failure.line()}")
 
     while True:
         target = _next_probe(state)
@@ -162,11 +181,7 @@ def _next_probe(state: BisectState) -> str | None:
         if bounds is None:
             continue
         lo, hi = bounds
-        candidates = [
-            index
-            for index in range(lo + 1, hi)
-            if state.releases[index] not in state.seen and state.releases[index] not in state.uninstallable
-        ]
+        candidates = [index for index in range(lo + 1, hi) if state.releases[index] not in state.probed]
         if candidates:
             middle = (lo + hi) / 2
             return state.releases[min(candidates, key=lambda index: (abs(index - middle), index))]
@@ -175,11 +190,8 @@ def _next_probe(state: BisectState) -> str | None:
         # a change that was undone or changed again at once is seen, not assumed away.
         bounds = _interval(state, cell)
         if bounds is not None:
-            after = next(
-                (r for r in state.releases[bounds[1] + 1 :] if r not in state.uninstallable),
-                None,
-            )
-            if after is not None and after not in state.seen:
+            after = next((r for r in state.releases[bounds[1] + 1 :] if state.failure(r, cell) is None), None)
+            if after is not None and after not in state.probed:
                 return after
     return None
 
@@ -188,13 +200,14 @@ def _answer(state: BisectState, cell: str) -> CellAnswer:
     history = tuple(
         (release, signature) for release in state.releases if (signature := state.signature(release, cell)) is not None
     )
+    no_verdict = tuple(failure for release in state.releases if (failure := state.failure(release, cell)) is not None)
     old, new = history[0][1], history[-1][1]
     transitions = sum(1 for (_, a), (_, b) in itertools.pairwise(history) if a != b)
     bounds = _interval(state, cell)
     if bounds is None:
-        return CellAnswer(cell, old, new, None, None, transitions > 0, (), history)
+        return CellAnswer(cell, old, new, None, None, transitions > 0, (), history, no_verdict)
     lo, hi = bounds
-    skipped = tuple(r for r in state.releases[lo + 1 : hi] if r in state.uninstallable)
+    skipped = tuple(r for r in state.releases[lo + 1 : hi] if state.failure(r, cell) is not None)
     return CellAnswer(
         cell,
         old,
@@ -204,4 +217,5 @@ def _answer(state: BisectState, cell: str) -> CellAnswer:
         changed_more_than_once=transitions > 1,
         skipped=skipped,
         history=history,
+        no_verdict=no_verdict,
     )

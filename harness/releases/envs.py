@@ -1,8 +1,9 @@
 """One venv per vLLM release, built on demand, reused, and bounded in number (each holds a
 whole vLLM and its CUDA torch: gigabytes, benchmarks/README.md).
 
-Used by ``dflash-matrix bisect``: each release is installed once (``harness/releases/install.py``,
-so torch is the CUDA build the release pins), the requested cells run there through
+Used by ``dflash-matrix bisect`` and ``history``: each release is installed once
+(``harness/releases/install.py``, so torch is the CUDA build the release pins, with the overrides
+recorded for the release unless one is given for it), the requested cells run there through
 ``dflash-matrix run`` with this harness on ``PYTHONPATH``, and the least recently used env is
 deleted before a new one would exceed ``keep``. An env counts as built only once its marker
 file is written after a successful install: an interrupted build is deleted, never trusted.
@@ -21,11 +22,21 @@ import venv
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from harness.releases.bisection import Signature, Uninstallable
-from harness.releases.install import OVERRIDES_VARIABLE
+from harness.releases.bisection import Answers
+from harness.releases.environment import INSTALL, LANE, EnvironmentFailure, cell_failure
+from harness.releases.install import (
+    NO_OVERRIDES,
+    OVERRIDES_VARIABLE,
+    OverrideChoice,
+    RecordedOverride,
+    choose_overrides,
+    python_version,
+)
 
-HARNESS = Path(__file__).resolve().parent
+INSTALLER = Path(__file__).resolve().with_name("install.py")
+HARNESS = Path(__file__).resolve().parents[1]  # the harness package the lane envs run
 COMPLETE = ".dflash-complete"
 # What `dflash-matrix run` needs beside vLLM (pyproject's dependencies and test extra).
 HARNESS_REQUIREMENTS = (
@@ -72,17 +83,27 @@ class ReleaseEnvs:
     keep: int = 2
     requirement: Callable[[str], str] = "vllm=={}".format  # the pip requirement for a release
     reuse: Mapping[str, Path] = field(default_factory=dict)  # existing envs, never deleted
-    # Dependency overrides per release (DFLASH_VLLM_OVERRIDES' text, e.g. for a release whose pins
-    # the index cannot serve); an overridden release gets an env of its own.
-    overrides: Mapping[str, str] = field(default_factory=dict)
+    # The overrides recorded per release (install.load_overrides), and explicit ones given per
+    # release that replace them (() = none: the release as published). An overridden release
+    # gets an env of its own, named by its pins.
+    recorded: Sequence[RecordedOverride] = ()
+    explicit: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    python: str = field(default_factory=python_version)  # the envs' Python: venv builds them from ours
     log: list[dict[str, object]] = field(default_factory=list)
     peak_bytes: int = 0
     _used: list[Path] = field(default_factory=list)  # this run's envs, least recently used first
 
-    def env_for(self, release: str) -> Path | Uninstallable:
+    def overrides_for(self, release: str) -> OverrideChoice:
+        """What the installer applies to ``release`` (a version or ``vllm==X``; the installer
+        decides for any other requirement by the version it resolves)."""
+        version = release.removeprefix("vllm==")
+        return choose_overrides(version, self.python, self.explicit.get(release), self.recorded)
+
+    def env_for(self, release: str) -> Path | EnvironmentFailure:
         if release in self.reuse:
             return self.reuse[release]
-        override = self.overrides.get(release, "")
+        choice = self.overrides_for(release)
+        override = " ".join(choice.pins)
         suffix = f"-override-{hashlib.sha256(override.encode()).hexdigest()[:8]}" if override else ""
         env = self.root / "envs" / f"vllm-{slug(release)}{suffix}"
         if (env / COMPLETE).exists():
@@ -94,28 +115,41 @@ class ReleaseEnvs:
         venv.EnvBuilder(with_pip=True, symlinks=True).create(env)
         python = str(env / "bin" / "python")
         requirement = self.requirement(release)
+        # The installer applies the recorded overrides itself; only an explicit choice for this
+        # release reaches it, never one the caller's own environment happens to hold.
+        environment = {name: value for name, value in os.environ.items() if name != OVERRIDES_VARIABLE}
+        if release in self.explicit:
+            environment[OVERRIDES_VARIABLE] = " ".join(self.explicit[release]) or NO_OVERRIDES
         done = subprocess.run(
-            # -I: the script's folder (harness/) must not shadow stdlib modules on sys.path.
-            [python, "-I", str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
+            # -I: the script's folder must not shadow stdlib modules on sys.path.
+            [python, "-I", str(INSTALLER), requirement, *HARNESS_REQUIREMENTS],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
             check=False,
-            env={**os.environ, OVERRIDES_VARIABLE: override} if override else None,
+            env=environment,
         )
         seconds = round(time.monotonic() - started, 1)
+        overrides = _override_log(choice)
         if done.returncode != 0:
             shutil.rmtree(env, ignore_errors=True)
             reason = _last_error(done.stderr)
-            self.log.append({"release": release, "installed": False, "install_s": seconds, "reason": reason})
-            return Uninstallable(release, reason)
+            failed = {"release": release, "installed": False, "install_s": seconds, "reason": reason}
+            self.log.append({**failed, **overrides})
+            return EnvironmentFailure(release, INSTALL, reason)
         size = directory_size(env)
         self.peak_bytes = max(self.peak_bytes, self._envs_size())
         (env / COMPLETE).write_text(json.dumps({"requirement": requirement, "bytes": size}) + "\n")
-        entry = {"release": release, "installed": True, "install_s": seconds, "env_bytes": size}
-        self.log.append({**entry, "overrides": override} if override else entry)
+        self.log.append({"release": release, "installed": True, "install_s": seconds, "env_bytes": size, **overrides})
         self._use(env)
         return env
+
+    def symptoms(self, release: str) -> tuple[str, ...]:
+        """The crash messages recorded for ``release`` as what it does here without its pins."""
+        version = release.removeprefix("vllm==")
+        return tuple(
+            entry.error for entry in self.recorded if entry.fails == "import" and entry.applies(version, self.python)
+        )
 
     def _use(self, env: Path) -> None:
         if env in self._used:
@@ -142,6 +176,13 @@ class ReleaseEnvs:
 
     def clean(self) -> None:
         shutil.rmtree(self.root / "envs", ignore_errors=True)
+
+
+def _override_log(choice: OverrideChoice) -> dict[str, object]:
+    if not choice.source:
+        return {}
+    pins = " ".join(choice.pins) or NO_OVERRIDES
+    return {"overrides": pins, "overrides_source": choice.source, "overrides_reason": choice.describe()}
 
 
 def slug(release: str) -> str:
@@ -191,10 +232,35 @@ def run_lane(
     return report if report.exists() else None
 
 
-def run_cells(env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path) -> Mapping[str, Signature]:
-    """Run ``cells`` of ``matrix`` in ``env`` and read their verdicts and messages back."""
+def run_cells(
+    env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path, release: str, symptoms: Sequence[str]
+) -> Answers | EnvironmentFailure:
+    """Run ``cells`` of ``matrix`` in ``env``: each cell's verdict and message, or why it gave none."""
     report = run_lane(env, matrix, report_dir, root, ["-k", " or ".join(cells)])
     if report is None:
-        return {}
-    data = json.loads(report.read_text())
-    return {cell["id"]: (str(cell["verdict"]), str(cell.get("message") or "")) for cell in data["cells"]}
+        return EnvironmentFailure(release, LANE, f"the lane wrote no report (see {report_dir})")
+    return read_cells(json.loads(report.read_text()), release, symptoms)
+
+
+def read_cells(document: Mapping[str, Any], release: str, symptoms: Sequence[str]) -> Answers:
+    """A lane report's cells (matrix.json) as bisect reads them: a signature, or the environment
+    failure a cell's crash is (``environment.cell_failure``)."""
+    failures = cell_failures(document, release, symptoms)
+    return {
+        str(cell["id"]): failures.get((str(cell["run"]), str(cell["id"])))
+        or (str(cell["verdict"]), str(cell.get("message") or ""))
+        for cell in document.get("cells") or []
+    }
+
+
+def cell_failures(
+    document: Mapping[str, Any], release: str, symptoms: Sequence[str]
+) -> dict[tuple[str, str], EnvironmentFailure]:
+    """(run key, cell id) -> the environment failure that cell's record is, for each one that is."""
+    found = {}
+    for cell in document.get("cells") or []:
+        message = str(cell.get("message") or "")
+        failure = cell_failure(release, str(cell["verdict"]), cell.get("stage"), message, symptoms)
+        if failure is not None:
+            found[str(cell["run"]), str(cell["id"])] = failure
+    return found

@@ -35,8 +35,9 @@ def installed_vllm() -> str | None:
 def vllm_provenance(distribution: str = "vllm") -> dict[str, str]:
     """Where the installed vLLM came from, for the run object: beyond its version, the wheel
     file or URL, the source path or the commit, and any dependency overrides it was installed
-    with. Read from the install itself (PEP 610's direct_url.json, the version's local label,
-    ``harness.releases.install``'s record), so a user's own env is described as well as tox's."""
+    with, where they come from and why. Read from the install itself (PEP 610's direct_url.json,
+    the version's local label, ``harness.releases.install``'s record), so a user's own env is
+    described as well as tox's."""
     import json
     import re
     import sys
@@ -68,7 +69,16 @@ def vllm_provenance(distribution: str = "vllm") -> dict[str, str]:
         record = json.loads(record_path.read_text())
         if record.get("requirements"):
             facts["vllm_requirement"] = " ".join(record["requirements"])
-        if record.get("overrides"):
+        if record.get("overrides_source"):
+            # Which pins replaced the release's own, and why: recorded for this release
+            # (harness/releases/overrides.toml), or given explicitly in place of what is recorded.
+            facts["vllm_overrides"] = " ".join(record.get("overrides") or []) or "none"
+            facts["vllm_overrides_source"] = str(record["overrides_source"])
+            if record.get("overrides_reason"):
+                facts["vllm_overrides_reason"] = str(record["overrides_reason"])
+            if record.get("overrides_replaced"):
+                facts["vllm_overrides_replaced"] = " ".join(record["overrides_replaced"])
+        elif record.get("overrides"):  # an env installed before overrides had a source
             facts["vllm_overrides"] = " ".join(record["overrides"])
         if "vllm_source" not in facts and (record.get("vllm_source") or {}).get("url"):
             facts["vllm_source"] = str(record["vllm_source"]["url"])

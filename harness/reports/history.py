@@ -6,7 +6,9 @@ platform, device) and ordered by release (PEP 440), so a merge of any runs gives
 per slot. A cell *changed* in a release when its verdict differs from the one it had in the
 nearest earlier release that ran it; a change of message alone (same verdict, other reason)
 is marked apart, since a message may carry a release's own wording. A release that did not
-run a cell shows it as not run and is stepped over, never read as a change.
+run a cell shows it as not run and is stepped over, never read as a change; so is a cell that gave
+no verdict in a release (an environment failure: it crashed importing vLLM, its lane did not
+start), which the caller names with its reason (``dflash-matrix history`` decides which).
 
 Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
 """
@@ -14,7 +16,7 @@ Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from harness.verdict import VERDICT_ORDER, Verdict
 CHANGED = "▶"  # the verdict differs from the previous release's
 REWORDED = "≈"  # same verdict, another message
 NOT_RUN = "·"
+NO_VERDICT = "⊘"  # ran, but gave no verdict: an environment failure, not vLLM's answer
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Step:
     message: str = ""
     changed: bool = False  # the verdict differs from the previous release that ran the cell
     reworded: bool = False  # same verdict as that release, another message
+    no_verdict: str = ""  # why what it recorded is no verdict (an environment failure); stepped over
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,10 @@ class CellHistory:
     @property
     def reworded_in(self) -> tuple[str, ...]:
         return tuple(step.release for step in self.steps if step.reworded)
+
+    @property
+    def no_verdict_in(self) -> tuple[str, ...]:
+        return tuple(step.release for step in self.steps if step.no_verdict)
 
 
 @dataclass(frozen=True)
@@ -92,7 +100,9 @@ def _labels(runs: Sequence[Run]) -> tuple[str, ...]:
     )
 
 
-def release_history(report: Report) -> tuple[SlotHistory, ...]:
+def release_history(report: Report, no_verdict: Mapping[tuple[str, str], str] | None = None) -> tuple[SlotHistory, ...]:
+    """``no_verdict``: (run key, cell id) -> why that cell's record is no verdict of its release."""
+    no_verdict = no_verdict or {}
     slots: dict[str, list[Run]] = {}
     for run in report.runs:
         if run.key not in report.junit_only:
@@ -107,10 +117,14 @@ def release_history(report: Report) -> tuple[SlotHistory, ...]:
         for ident in order:
             steps = []
             last: tuple[Verdict, str] | None = None
-            for label, cells_of_run in zip(labels, by_run, strict=True):
+            for run, label, cells_of_run in zip(ordered, labels, by_run, strict=True):
                 found = cells_of_run.get(ident)
                 if found is None:
                     steps.append(Step(label, None))
+                    continue
+                why = no_verdict.get((run.key, ident))
+                if why is not None:
+                    steps.append(Step(label, found.verdict, found.message, no_verdict=why))
                     continue
                 now = (found.verdict, found.message)
                 changed = last is not None and now[0] != last[0]
@@ -136,7 +150,10 @@ def history_json(histories: Sequence[SlotHistory], extra: dict[str, Any] | None 
                         "id": cell.cell,
                         "changed_in": list(cell.changed_in),
                         "reworded_in": list(cell.reworded_in),
-                        "verdicts": [step.verdict.value if step.verdict else None for step in cell.steps],
+                        "no_verdict_in": list(cell.no_verdict_in),
+                        "verdicts": [
+                            step.verdict.value if step.verdict and not step.no_verdict else None for step in cell.steps
+                        ],
                         "messages": [step.message for step in cell.steps],
                     }
                     for cell in history.cells
@@ -150,6 +167,8 @@ def history_json(histories: Sequence[SlotHistory], extra: dict[str, Any] | None 
 def _entry(step: Step) -> str:
     if step.verdict is None:
         return NOT_RUN
+    if step.no_verdict:
+        return f"{NO_VERDICT} no verdict"
     text = f"{SYMBOLS[step.verdict]} {step.verdict.value}"
     if step.changed:
         return f"**{CHANGED} {text}**"
@@ -175,7 +194,7 @@ def _transitions(cells: Sequence[CellHistory]) -> list[str]:
     """Each change in words, with both messages: what a bisect line says, per change."""
     lines = []
     for cell in cells:
-        ran = [step for step in cell.steps if step.verdict is not None]
+        ran = [step for step in cell.steps if step.verdict is not None and not step.no_verdict]
         for before, after in itertools.pairwise(ran):
             if after.changed:
                 lines.append(f"- {md(cell.cell)}: in {md(after.release)}: {md(_said(before))} -> {md(_said(after))}")
@@ -189,7 +208,8 @@ def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()
     lines += [f"- {md(note)}" for note in notes]
     lines += [
         f"- {CHANGED} bold: the verdict changed in that release (against the previous release that ran the cell);"
-        f" {REWORDED}: same verdict, another message; {NOT_RUN}: not run in that release.",
+        f" {REWORDED}: same verdict, another message; {NOT_RUN}: not run in that release;"
+        f" {NO_VERDICT}: no verdict (an environment failure named above), never counted as a change.",
         "",
     ]
     for history in histories:
@@ -213,8 +233,9 @@ def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()
         if steady:
             counts = {verdict: 0 for verdict in VERDICT_ORDER}
             for cell in steady:
-                first = next(step.verdict for step in cell.steps if step.verdict is not None)
-                counts[first] += 1
+                first = next((s.verdict for s in cell.steps if s.verdict is not None and not s.no_verdict), None)
+                if first is not None:  # a cell that gave a verdict in no release counts under none
+                    counts[first] += 1
             lines.append(
                 "By verdict: " + ", ".join(f"{verdict.value} {n}" for verdict, n in counts.items() if n) + "."
             )

@@ -1,4 +1,5 @@
-"""The bisect search with a fake lane: monotone and non-monotone histories, uninstallable releases."""
+"""The bisect search with a fake lane: monotone and non-monotone histories, releases and cells that
+gave no verdict (environment failures) stepped around and never read as a change."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect, releases_between
+from harness.releases.bisection import Answers, BisectError, Signature, bisect, releases_between
+from harness.releases.environment import IMPORT, INSTALL, LANE, EnvironmentFailure
+from harness.releases.envs import read_cells
 
 pytestmark = pytest.mark.pure
 
@@ -35,10 +38,10 @@ class FakeLane:
         self.broken = set(broken)
         self.installed: list[str] = []
 
-    def __call__(self, release: str, cells: Sequence[str]) -> Mapping[str, Signature] | Uninstallable:
+    def __call__(self, release: str, cells: Sequence[str]) -> Answers | EnvironmentFailure:
         self.installed.append(release)
         if release in self.broken:
-            return Uninstallable(release, "flashinfer-python==0.7.3 is not on the index")
+            return EnvironmentFailure(release, INSTALL, "flashinfer-python==0.7.3 is not on the index")
         return {cell: self.histories[cell][release] for cell in cells}
 
 
@@ -99,15 +102,89 @@ def test_the_neighbour_after_the_change_is_probed() -> None:
 def test_uninstallable_releases_are_stepped_around_and_named() -> None:
     lane = FakeLane({"cell": history(("0.28.0", PASS))}, broken=["0.28.0", "0.27.0"])
     (answer,), state = bisect(RELEASES, ["cell"], lane)
-    assert state.uninstallable == {
-        "0.27.0": "flashinfer-python==0.7.3 is not on the index",
-        "0.28.0": "flashinfer-python==0.7.3 is not on the index",
+    reason = "flashinfer-python==0.7.3 is not on the index"
+    assert set(state.environment_failures()) == {
+        EnvironmentFailure("0.27.0", INSTALL, reason),
+        EnvironmentFailure("0.28.0", INSTALL, reason),
     }
     assert (answer.last_same, answer.first_changed, answer.skipped) == ("0.26.0", "0.29.0", ("0.27.0", "0.28.0"))
-    assert answer.line().startswith("cell: changed after 0.26.0, by 0.29.0 (0.27.0, 0.28.0 not installable): ")
+    assert answer.line().startswith("cell: changed after 0.26.0, by 0.29.0 (0.27.0, 0.28.0 gave no verdict): ")
+    assert "stepped around 0.27.0 (install), 0.28.0 (install): environment failure, no verdict" in answer.line()
 
 
 def test_an_endpoint_that_cannot_be_installed_stops_the_search() -> None:
     lane = FakeLane({"cell": history()}, broken=["0.33.0"])
-    with pytest.raises(BisectError, match=r"vLLM 0\.33\.0 cannot be installed: flashinfer-python"):
+    with pytest.raises(BisectError, match=r"vLLM 0\.33\.0 \(install\): flashinfer-python"):
         bisect(RELEASES, ["cell"], lane)
+
+
+# What the lane's matrix.json records for a cell (the fields bisect reads), per release.
+NOSINK = "sm90-TRITON_ATTN-causal-nosink-v2-cubin"
+FLASHINFER_IMPORT = "TypeError: type 'array.array' is not subscriptable"  # 0.27.x on Python 3.11, as published
+
+
+def report(release: str, verdict: str, stage: str | None, message: str) -> dict[str, list[dict[str, object]]]:
+    run = f"selection / ... / vllm {release}"
+    return {"cells": [{"id": NOSINK, "run": run, "verdict": verdict, "stage": stage, "message": message}]}
+
+
+def lane_reports(release: str) -> dict[str, list[dict[str, object]]]:
+    """The issue's bisect as a user ran it: 0.24.0's v2 loader drops the backend (PR #46770), 0.25.0
+    fixes it, and 0.27.x's cells crash importing flashinfer before vLLM says anything."""
+    if release == "0.24.0":
+        return report(release, *WRONG_AT_SELECT)
+    if release in ("0.27.0", "0.27.1"):
+        return report(release, "crash", "config", FLASHINFER_IMPORT)
+    return report(release, "pass", None, "draft layers carry TRITON_ATTN")
+
+
+WRONG_AT_SELECT = ("wrong-backend", "select", "the platform selects TRITON_ATTN, but draft layers carry FLASH_ATTN")
+WITH_0_27_1 = (*RELEASES[:5], "0.27.1", *RELEASES[5:])
+
+
+def test_a_release_whose_cells_crash_importing_a_dependency_is_stepped_around_not_a_change() -> None:
+    def probe(release: str, cells: Sequence[str]) -> Answers:
+        return read_cells(lane_reports(release), release, symptoms=(FLASHINFER_IMPORT,))
+
+    (answer,), state = bisect(WITH_0_27_1, [NOSINK], probe)
+    assert (answer.first_changed, answer.changed_more_than_once) == ("0.25.0", False)
+    assert answer.line().startswith(f"{NOSINK}: first changed in 0.25.0: wrong-backend (")
+    named = [failure for failure in state.environment_failures() if failure.release in ("0.27.0", "0.27.1")]
+    assert named and all(failure.kind == IMPORT and FLASHINFER_IMPORT in failure.reason for failure in named)
+    assert "environment failure, no verdict" in answer.line()
+    assert all(release not in dict(answer.history) for release in ("0.27.0", "0.27.1"))
+
+
+def test_read_as_verdicts_the_same_crash_is_the_false_change_the_issue_reported() -> None:
+    # The planted fault: the same reports with the crash taken as a verdict (no recorded symptom,
+    # and a stage where an import error is vLLM's own) give the answer the issue complains of.
+    def probe(release: str, cells: Sequence[str]) -> Answers:
+        document = lane_reports(release)
+        for cell in document["cells"]:
+            cell["stage"] = "build"
+        return read_cells(document, release, symptoms=())
+
+    (answer,), _ = bisect(WITH_0_27_1, [NOSINK], probe)
+    assert answer.changed_more_than_once and "CHANGED MORE THAN ONCE" in answer.line()
+
+
+def test_a_cell_whose_lane_did_not_start_or_gave_no_verdict_is_stepped_around_for_that_cell_only() -> None:
+    other: Signature = ("pass", "draft layers carry FLASH_ATTN")
+    flip = history(("0.28.0", PASS))
+
+    def probe(release: str, cells: Sequence[str]) -> Answers:
+        answers: dict[str, Signature | EnvironmentFailure] = {"steady": other}
+        if release == "0.28.0":  # the flipping cell's process never started here; it is left out
+            return answers
+        if release == "0.27.0":
+            answers["flip"] = EnvironmentFailure(release, LANE, "LaneStartup: lane did not start within 300 s")
+            return answers
+        return {**answers, "flip": flip[release]}
+
+    answers, state = bisect(RELEASES, ["flip", "steady"], probe)
+    by_cell = {answer.cell: answer for answer in answers}
+    assert (by_cell["flip"].last_same, by_cell["flip"].first_changed) == ("0.26.0", "0.29.0")
+    assert by_cell["flip"].skipped == ("0.27.0", "0.28.0") and not by_cell["flip"].changed_more_than_once
+    assert by_cell["steady"].first_changed is None and by_cell["steady"].no_verdict == ()
+    kinds = {(failure.release, failure.kind) for failure in state.environment_failures()}
+    assert kinds == {("0.27.0", LANE), ("0.28.0", LANE)}

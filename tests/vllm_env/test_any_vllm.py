@@ -141,6 +141,21 @@ def test_the_run_object_names_the_wheel_path_or_commit(
     recorded = vllm_release.vllm_provenance()
     assert recorded["vllm_requirement"] == "vllm==0.34.0"
     assert recorded["vllm_overrides"] == "flashinfer-python==0.7.4"
+    (tmp_path / "dflash-vllm-install.json").write_text(
+        json.dumps(
+            {
+                "requirements": ["vllm==0.34.0"],
+                "overrides": ["flashinfer-python==0.7.4"],
+                "overrides_source": "recorded",
+                "overrides_reason": "it pins flashinfer-python==0.7.3, which the package index does not serve",
+                "overrides_replaced": [],
+            }
+        )
+    )
+    recorded = vllm_release.vllm_provenance()
+    assert (recorded["vllm_overrides"], recorded["vllm_overrides_source"]) == ("flashinfer-python==0.7.4", "recorded")
+    assert recorded["vllm_overrides_reason"].startswith("it pins flashinfer-python==0.7.3")
+    assert "vllm_overrides_replaced" not in recorded
 
 
 @pytest.mark.parametrize(

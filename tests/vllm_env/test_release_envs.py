@@ -1,4 +1,5 @@
-"""Release envs for bisect: built once, reused, bounded in number; a half-built env is never trusted."""
+"""Release envs for bisect: built once, reused, bounded in number; a half-built env is never trusted;
+the overrides recorded for a release are applied unless an explicit choice replaces them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import pytest
 
 from harness.releases import envs as release_envs
-from harness.releases.bisection import Uninstallable
+from harness.releases.environment import INSTALL, EnvironmentFailure
 from harness.releases.envs import COMPLETE, ReleaseEnvs
+from harness.releases.install import OVERRIDES_VARIABLE, RecordedOverride, load_overrides
 
 pytestmark = pytest.mark.pure
 
@@ -26,12 +28,13 @@ class FakeInstaller:
         (env / "bin" / "python").write_text("")
 
     def run(self, command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        requirement = command[3]  # python -I vllm_install.py REQUIREMENT ...
+        assert Path(command[2]) == release_envs.INSTALLER and release_envs.INSTALLER.exists()
+        requirement = command[3]  # python -I install.py REQUIREMENT ...
         self.installs.append(requirement)
         self.environments.append(kwargs.get("env"))
         Path(command[0]).parent.parent.joinpath("lib.bin").write_bytes(b"x" * 1000)
-        overridden = bool((kwargs.get("env") or {}).get("DFLASH_VLLM_OVERRIDES"))
-        if requirement in self.broken and not overridden:  # as 0.34.0: its pins resolve once overridden
+        explicit = (kwargs.get("env") or {}).get(OVERRIDES_VARIABLE)
+        if requirement in self.broken and explicit in (None, "none"):  # as 0.34.0 with nothing recorded
             return subprocess.CompletedProcess(command, 1, "", "WARNING: x\nERROR: No matching distribution found\n")
         return subprocess.CompletedProcess(command, 0, "", "")
 
@@ -61,7 +64,7 @@ def test_envs_are_reused_and_at_most_keep_exist(tmp_path: Path, installer: FakeI
 def test_an_install_that_fails_is_named_and_removed(tmp_path: Path, installer: FakeInstaller) -> None:
     envs = ReleaseEnvs(tmp_path, keep=2)
     answer = envs.env_for("0.34.0")
-    assert answer == Uninstallable("0.34.0", "ERROR: No matching distribution found")
+    assert answer == EnvironmentFailure("0.34.0", INSTALL, "ERROR: No matching distribution found")
     assert not (tmp_path / "envs" / "vllm-0.34.0").exists()
 
 
@@ -81,17 +84,52 @@ def test_a_reused_env_is_neither_built_nor_deleted(tmp_path: Path, installer: Fa
     assert installer.installs == ["vllm==0.24.0", "vllm==0.25.0"]
 
 
-def test_an_overridden_release_installs_with_its_pins_in_an_env_of_its_own(
-    tmp_path: Path, installer: FakeInstaller
+def test_an_explicitly_overridden_release_installs_with_its_pins_in_an_env_of_its_own(
+    tmp_path: Path, installer: FakeInstaller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    envs = ReleaseEnvs(tmp_path, keep=3, overrides={"0.34.0": "flashinfer-python==0.7.4"})
+    monkeypatch.setenv(OVERRIDES_VARIABLE, "flashinfer-python==0.6.0")  # the caller's, for a tox lane env
+    envs = ReleaseEnvs(tmp_path, keep=3, explicit={"0.34.0": ("flashinfer-python==0.7.4",)})
     plain, overridden = envs.env_for("0.33.0"), envs.env_for("0.34.0")
     assert isinstance(overridden, Path) and overridden.name.startswith("vllm-0.34.0-override-")
     assert plain == tmp_path / "envs" / "vllm-0.33.0"
-    # Only the overridden release's installer sees DFLASH_VLLM_OVERRIDES; the other inherits ours.
-    assert installer.environments[0] is None
-    assert (installer.environments[1] or {})["DFLASH_VLLM_OVERRIDES"] == "flashinfer-python==0.7.4"
-    assert envs.log[1]["overrides"] == "flashinfer-python==0.7.4"
+    # Only the overridden release's installer gets DFLASH_VLLM_OVERRIDES; the caller's own never leaks.
+    assert OVERRIDES_VARIABLE not in (installer.environments[0] or {})
+    assert (installer.environments[1] or {})[OVERRIDES_VARIABLE] == "flashinfer-python==0.7.4"
+    assert envs.log[1]["overrides"] == "flashinfer-python==0.7.4" and envs.log[1]["overrides_source"] == "explicit"
+
+
+SHIPPED = load_overrides()
+
+
+def test_the_recorded_overrides_are_applied_without_being_asked(tmp_path: Path, installer: FakeInstaller) -> None:
+    # The installer applies the recorded pins itself (tests/vllm_env/test_overrides.py); the env
+    # is named by them, so an env built as published is never reused for an overridden install.
+    envs = ReleaseEnvs(tmp_path, keep=3, recorded=SHIPPED, python="3.11")
+    env = envs.env_for("0.27.1")
+    assert isinstance(env, Path) and env.name.startswith("vllm-0.27.1-override-")
+    assert OVERRIDES_VARIABLE not in (installer.environments[0] or {})
+    assert envs.log[0]["overrides"] == "flashinfer-python==0.6.16.post4"
+    assert envs.log[0]["overrides_source"] == "recorded"
+    assert "array.array" in str(envs.log[0]["overrides_reason"])
+    assert envs.symptoms("0.27.1") == ("TypeError: type 'array.array' is not subscriptable",)
+    # On Python 3.12 flashinfer imports as published: nothing recorded applies, nothing to recognise.
+    later = ReleaseEnvs(tmp_path / "py312", recorded=SHIPPED, python="3.12")
+    assert later.overrides_for("0.27.1").pins == () and later.symptoms("0.27.1") == ()
+
+
+def test_an_explicit_none_installs_the_release_as_published(tmp_path: Path, installer: FakeInstaller) -> None:
+    envs = ReleaseEnvs(tmp_path, keep=3, recorded=SHIPPED, explicit={"0.34.0": ()})
+    assert envs.overrides_for("0.34.0").replaced == ("flashinfer-python==0.7.4",)
+    answer = envs.env_for("0.34.0")  # as published, 0.34.0 does not resolve
+    assert isinstance(answer, EnvironmentFailure) and answer.kind == INSTALL
+    assert (installer.environments[0] or {})[OVERRIDES_VARIABLE] == "none"
+    assert envs.log[0]["overrides"] == "none" and envs.log[0]["overrides_source"] == "explicit"
+
+
+def test_a_recorded_override_for_another_release_changes_nothing(tmp_path: Path, installer: FakeInstaller) -> None:
+    only_0_34 = (RecordedOverride(("0.34.0",), (), ("flashinfer-python==0.7.4",), "install", "ERROR: x", "why"),)
+    envs = ReleaseEnvs(tmp_path, recorded=only_0_34)
+    assert envs.env_for("0.33.0") == tmp_path / "envs" / "vllm-0.33.0" and "overrides" not in envs.log[0]
 
 
 def test_the_harness_path_is_this_checkout_even_over_a_stale_or_dangling_link(tmp_path: Path) -> None:
