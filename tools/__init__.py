@@ -1,0 +1,1 @@
+"""Maintenance tools run from a source checkout (not installed with the harness)."""
