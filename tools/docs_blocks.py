@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import functools
 import re
 import sys
 from collections import Counter
@@ -63,6 +64,7 @@ def lane_release(lane: str, tox: configparser.ConfigParser) -> str:
     return tox["vllm"]["release"]
 
 
+@functools.cache
 def cell_counts() -> str:
     tox = _tox()
     lines = [
@@ -81,8 +83,7 @@ def cell_counts() -> str:
 
 
 def _subcommands() -> Iterator[tuple[str, argparse.ArgumentParser]]:
-    parser = build_parser()
-    for action in parser._subparsers._group_actions if parser._subparsers else ():
+    for action in build_parser()._actions:
         if isinstance(action, argparse._SubParsersAction):
             yield from action.choices.items()
 
