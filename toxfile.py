@@ -95,7 +95,7 @@ def vllm_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
 def _place_vllm_env(env_conf: Any, core: Any) -> None:
     if "install_command" not in env_conf:  # the packaging env (.pkg)
         return
-    if not any("vllm_install.py" in str(arg) for arg in env_conf["install_command"].args):
+    if not any(str(arg).endswith("harness/releases/install.py") for arg in env_conf["install_command"].args):
         return
     suffix = vllm_env_suffix(os.environ, _default_release())
     if suffix:
@@ -147,7 +147,7 @@ def _check_matrix(conf: Any, core: Any) -> None:
 def _check_device(name: str) -> None:
     if name != GPU_ENV:
         return
-    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "gpu_devices.py")
+    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "cuda" / "devices.py")
     try:
         devices.query_environment()
     except devices.NoDevice as refusal:

@@ -24,7 +24,9 @@ from pathlib import Path
 from harness.releases.bisection import Signature, Uninstallable
 from harness.releases.install import OVERRIDES_VARIABLE
 
-HARNESS = Path(__file__).resolve().parent
+# The harness package a release env imports (through harness_path), and its installer script beside this module.
+HARNESS = Path(__file__).resolve().parents[1]
+INSTALLER = Path(__file__).resolve().parent / "install.py"
 COMPLETE = ".dflash-complete"
 # What `dflash-matrix run` needs beside vLLM (pyproject's dependencies and test extra).
 HARNESS_REQUIREMENTS = (
@@ -95,7 +97,7 @@ class ReleaseEnvs:
         requirement = self.requirement(release)
         done = subprocess.run(
             # -I: the script's folder (harness/) must not shadow stdlib modules on sys.path.
-            [python, "-I", str(HARNESS / "vllm_install.py"), requirement, *HARNESS_REQUIREMENTS],
+            [python, "-I", str(INSTALLER), requirement, *HARNESS_REQUIREMENTS],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
