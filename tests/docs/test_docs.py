@@ -23,7 +23,8 @@ _SOURCE_SUFFIXES = {".py", ".toml", ".ini", ".yml", ".yaml", ".md", ".c", ".cfg"
 
 
 def test_every_generated_block_is_current() -> None:
-    assert docs_blocks.stale_blocks() == [], "run: python tools/docs_blocks.py --write"
+    stale = docs_blocks.stale_blocks()
+    assert not stale, "\n".join([*stale, "run: python tools/docs_blocks.py --write"])
 
 
 def test_every_generator_has_a_block_in_the_docs() -> None:
