@@ -7,7 +7,7 @@ or any ``docs/**/*.md``; its text is what ``GENERATORS[NAME]`` makes, never edit
   judging ``dflash-matrix cells`` does, for the release each lane's env installs (tox.ini);
 - ``cli-summary`` / ``cli-reference``: the subcommands, from ``harness.cli.build_parser()``;
 - ``tox-envs``: tox.ini's envs and descriptions (configparser);
-- ``variables-user`` / ``variables-all``: ``harness.environment.VARIABLES``;
+- ``variables``: ``harness.environment.VARIABLES``;
 - ``findings``: the expectation rules that record vLLM misbehaving (a verdict of wrong-backend,
   mismatch, crash or loader-diff, or a reason that says bug, over-claim or under-claim), per lane
   and vLLM release range, in each rule's own words.
@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # `python tools/docs_blocks.py` from a checkout w
 
 from harness.bundled import matrices_dir  # noqa: E402
 from harness.cli import build_parser  # noqa: E402
-from harness.environment import VARIABLES, Audience, Variable  # noqa: E402
+from harness.environment import VARIABLES  # noqa: E402
 from harness.expectations import Rule, expectations_for, load_expectations  # noqa: E402
 from harness.matrix import expand, load_matrix  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
@@ -120,22 +120,13 @@ def tox_envs() -> str:
     return "\n".join(lines)
 
 
-def _variable_rows(variables: Sequence[Variable], with_audience: bool) -> str:
-    head = "| variable | default | meaning |" + (" set by |" if with_audience else "")
-    rule = "|---|---|---|" + ("---|" if with_audience else "")
-    rows = [head, rule]
-    for variable in variables:
-        row = f"| `{variable.name}` | {_cell(variable.default)} | {_cell(variable.meaning)} |"
-        rows.append(row + (f" {variable.audience.value} |" if with_audience else ""))
+def variables() -> str:
+    rows = ["| variable | default | meaning | set by |", "|---|---|---|---|"]
+    for variable in VARIABLES:
+        rows.append(
+            f"| `{variable.name}` | {_cell(variable.default)} | {_cell(variable.meaning)} | {variable.audience.value} |"
+        )
     return "\n".join(rows)
-
-
-def variables_user() -> str:
-    return _variable_rows([v for v in VARIABLES if v.audience is Audience.USER], with_audience=False)
-
-
-def variables_all() -> str:
-    return _variable_rows(VARIABLES, with_audience=True)
 
 
 def _is_finding(rule: Rule) -> bool:
@@ -174,8 +165,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "cli-summary": cli_summary,
     "cli-reference": cli_reference,
     "tox-envs": tox_envs,
-    "variables-user": variables_user,
-    "variables-all": variables_all,
+    "variables": variables,
     "findings": findings,
 }
 
