@@ -99,3 +99,27 @@ def test_each_variable_is_named_by_the_files_said_to_read_it() -> None:
         if variable.name not in (ROOT / reader).read_text()
     ]
     assert wrong == []
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but hyphens dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    broken = []
+    for path in docs_blocks.documents():
+        for target in _LINK.findall(path.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (path.parent / file_part).resolve() if file_part else path
+            if not linked.exists():
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+            elif anchor and anchor not in {_anchor(h) for h in _HEADING.findall(linked.read_text())}:
+                broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
