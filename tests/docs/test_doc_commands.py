@@ -23,7 +23,10 @@ from pathlib import Path
 import pytest
 
 from harness.cli import COMMANDS, main
-from tools.docs_blocks import ROOT, documents
+
+from .tool import docs_blocks
+
+ROOT, documents = docs_blocks.ROOT, docs_blocks.documents
 
 NEEDS = ("needs-vllm", "needs-gpu", "needs-network", "needs-reports")
 NEVER_UNMARKED = ("run", "bisect", "history")

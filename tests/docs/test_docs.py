@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from harness.environment import VARIABLES
-from tools import docs_blocks
+
+from .tool import docs_blocks
 
 ROOT = docs_blocks.ROOT
 _VARIABLE = re.compile(r"DFLASH_[A-Z][A-Z0-9_]*[A-Z0-9]")

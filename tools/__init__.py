@@ -1,1 +1,0 @@
-"""Maintenance tools run from a source checkout (not installed with the harness)."""
