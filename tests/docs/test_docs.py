@@ -124,3 +124,20 @@ def test_every_relative_link_in_the_docs_resolves() -> None:
             elif anchor and anchor not in {_anchor(h) for h in _HEADING.findall(linked.read_text())}:
                 broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_the_readme_is_one_screen_with_the_essentials_first() -> None:
+    """Issue 28: at most 300 lines; the two commands, the CPU index, the verdict table and the red-cell
+    path within the first 150."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 300
+    first = "\n".join(lines[:150])
+    for needed in (
+        "python3 toxw.py -e cpu\n",
+        "python3 toxw.py\n",
+        "PIP_EXTRA_INDEX_URL",
+        "| verdict | meaning |",
+        "## When a cell goes red",
+        "dflash-matrix diff --exact",
+    ):
+        assert needed in first, needed
