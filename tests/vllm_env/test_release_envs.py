@@ -136,6 +136,8 @@ def test_the_harness_path_is_this_checkout_even_over_a_stale_or_dangling_link(tm
     shim = release_envs.harness_path(tmp_path)
     link = shim / "harness"
     assert link.resolve() == release_envs.HARNESS
+    # The package itself (what `dflash-matrix run` imports in the release env), not a folder inside it.
+    assert (link / "cli.py").is_file() and release_envs.INSTALLER.is_file()
     link.unlink()
     link.symlink_to(tmp_path / "a-deleted-checkout" / "harness", target_is_directory=True)  # dangling
     assert release_envs.harness_path(tmp_path) == shim and link.resolve() == release_envs.HARNESS
