@@ -8,7 +8,7 @@ or any ``docs/**/*.md``; its text is what ``GENERATORS[NAME]`` makes, never edit
 - ``cli-summary`` / ``cli-reference``: the subcommands, from ``harness.cli.build_parser()``;
 - ``tox-envs``: tox.ini's envs and descriptions (configparser);
 - ``variables``: ``harness.environment.VARIABLES``;
-- ``findings``: the expectation rules that record vLLM misbehaving (a verdict of wrong-backend,
+- ``findings``: the expectation rules that record vLLM misbehaving (a verdict of wrong-backend, wrong-setting,
   mismatch, crash or loader-diff, or a reason that says bug, over-claim or under-claim), per lane
   and vLLM release range, in each rule's own words.
 
@@ -40,7 +40,9 @@ from harness.matrix import expand, load_matrix  # noqa: E402
 from harness.verdict import Verdict  # noqa: E402
 
 _MARKER = re.compile(r"<!-- (end )?generated: ([a-z0-9-]+) -->")
-_FINDING_VERDICTS = frozenset({Verdict.WRONG_BACKEND, Verdict.MISMATCH, Verdict.CRASH, Verdict.LOADER_DIFF})
+_FINDING_VERDICTS = frozenset(
+    {Verdict.WRONG_BACKEND, Verdict.WRONG_SETTING, Verdict.MISMATCH, Verdict.CRASH, Verdict.LOADER_DIFF}
+)
 _FINDING_WORDS = re.compile(r"\bbug\b|over-claim|under-claim", re.IGNORECASE)
 
 

@@ -7,6 +7,7 @@ name (``python tools/docs_blocks.py --write`` rewrites it).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -69,13 +70,14 @@ def test_a_broken_marker_is_one_line_naming_the_file(tmp_path: Path, text: str, 
 
 
 def _source_files() -> list[Path]:
+    """The project's own text files; ignored folders (envs, caches, reports) are never walked."""
     found = []
-    for path in ROOT.rglob("*"):
-        parts = set(path.relative_to(ROOT).parts)
-        if parts & _NOT_SOURCE or any(part.endswith(".egg-info") for part in parts):
-            continue
-        if path.is_file() and path.suffix in _SOURCE_SUFFIXES and path.stat().st_size < 1_000_000:
-            found.append(path)
+    for folder, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in _NOT_SOURCE and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(folder) / name
+            if path.suffix in _SOURCE_SUFFIXES and path.stat().st_size < 1_000_000:
+                found.append(path)
     return found
 
 

@@ -23,6 +23,8 @@ from harness.releases.install import (
     parse_overrides,
 )
 
+pytestmark = pytest.mark.pure
+
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = load_overrides()
 GOOD_ENTRY = """
