@@ -69,7 +69,25 @@ def _after_impl_init(adjust: Any) -> None:
 
 
 def scale_off_by_two_percent(lane: Any) -> None:
-    """CPU_ATTN's impl scales the logits 2% too much."""
+    """CPU_ATTN's kernel scales the logits 2% too much: the layer carries the right scale (the
+    audit sees nothing), the forward computes with a wrong one."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    forward = CPUAttentionBackendImpl.forward
+
+    @functools.wraps(forward)
+    def skewed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        scale, self.scale = self.scale, self.scale * 1.02
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            self.scale = scale
+
+    CPUAttentionBackendImpl.forward = skewed
+
+
+def scale_off_at_build(lane: Any) -> None:
+    """CPU_ATTN's impl is built with a softmax scale 2% too large: a setting the layer carries."""
 
     def skew(impl: Any) -> None:
         impl.scale *= 1.02
@@ -206,6 +224,30 @@ def nudge_scale_in_v2_loader(lane: Any) -> None:
         for layer in model.model.layers:
             layer.self_attn.attn.impl.scale *= 1 + 2**-16
         _log("nudged the v2 draft's scale")
+        return model
+
+    utils.load_dflash_model = nudged
+
+
+def nudge_sinks_in_v2_loader(lane: Any) -> None:
+    """Model Runner V2's DFlash loader builds each draft attention layer with sink logits off by
+    2**-16 (relative): far inside the reference's tolerance, a setting the audit does not compare
+    (it checks that sinks are there, not their values), yet not the draft Model Runner V1 builds
+    from the same checkpoint. Only the loader differential can see it."""
+    import torch
+    from vllm.v1.worker.gpu.spec_decode.dflash import utils
+
+    load = utils.load_dflash_model
+
+    @functools.wraps(load)
+    def nudged(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        for layer in model.model.layers:
+            sinks = layer.self_attn.attn.impl.sinks
+            if sinks is not None:
+                with torch.no_grad():
+                    sinks.mul_(1 + 2**-16)
+                _log("nudged the v2 draft's sinks")
         return model
 
     utils.load_dflash_model = nudged

