@@ -28,6 +28,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -207,6 +208,7 @@ class Configured:
     loader: str
     dtype_name: str
     kv_cache_dtype: str
+    target_model: str  # the target's family (harness.axes.TARGET_MODELS)
     spec: DraftSpec
     truth: DraftTruth
     config: Any
@@ -250,16 +252,16 @@ class LayerRun:
 
 def cell_config(
     settings: EngineSettings,
-    workspace: Workspace,
+    target: Path,
     truth: DraftTruth,
     requested: str | None,
     dtype: str,
     graph_tokens: int | None = None,
 ) -> Any:
-    """The VllmConfig for ``settings`` over the workspace's target and the cell's draft."""
+    """The VllmConfig for ``settings`` over the ``target`` checkpoint and the cell's draft."""
     from harness.attention.draft import engine_config
 
-    return engine_config(workspace.target_path, truth.path, requested, dtype, settings, graph_tokens=graph_tokens)
+    return engine_config(target, truth.path, requested, dtype, settings, graph_tokens=graph_tokens)
 
 
 def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> Configured | Observation:
@@ -278,8 +280,10 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     truth = workspace.draft(spec, head_size)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))
+    target_model = str(cell.get("target_model", "qwen3"))
     try:
-        config = cell_config(plan.engine, workspace, truth, requested, dtype_name, plan.graph_tokens)
+        target = workspace.target_of(target_model)
+        config = cell_config(plan.engine, target, truth, requested, dtype_name, plan.graph_tokens)
     except ApiUnavailable as why:
         return Observation(requested, unavailable=str(why), details=details)
     except ValueError as exc:  # pydantic's ValidationError is one: vLLM refused the config
@@ -288,7 +292,7 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     if loader == "v1" and (refusal := vllm_draft.v1_refusal(config)) is not None:
         return Observation(requested, rejection=(refusal,), details=details)
     kv_cache_dtype = str(cell.get("kv_cache_dtype", "auto"))
-    return Configured(requested, loader, dtype_name, kv_cache_dtype, spec, truth, config, details)
+    return Configured(requested, loader, dtype_name, kv_cache_dtype, target_model, spec, truth, config, details)
 
 
 def select(cell: Configured) -> Selected | Observation:
@@ -311,14 +315,15 @@ def select(cell: Configured) -> Selected | Observation:
 
 
 def target_model(cell: Configured, plan: CellPlan, workspace: Workspace) -> Any:
-    """The target for the cell's dtype: built once per process, under a config of its own
-    (whatever draft it names)."""
+    """The target of the cell's family and dtype: built once per process, under a config of its
+    own (whatever draft it names)."""
     from harness.attention.draft import load_target
 
-    if cell.dtype_name not in workspace.targets:
-        config = cell_config(plan.target_engine, workspace, cell.truth, None, cell.dtype_name)
-        workspace.targets[cell.dtype_name] = load_target(config)
-    return workspace.targets[cell.dtype_name]
+    key = (cell.dtype_name, cell.target_model)
+    if key not in workspace.targets:
+        config = cell_config(plan.target_engine, workspace.target_of(cell.target_model), cell.truth, None, key[0])
+        workspace.targets[key] = load_target(config)
+    return workspace.targets[key]
 
 
 def build(cell: Configured, selected: Selected, target: Any, plan: CellPlan) -> Built | Observation:
@@ -467,7 +472,14 @@ def differential(
     cell's (layers register in the config they are built under), fed the V2 layers' inputs."""
     stages(Stage.BUILD)
     return v1_differential(
-        cell_config(plan.engine, workspace, cell.truth, cell.requested, cell.dtype_name, plan.graph_tokens),
+        cell_config(
+            plan.engine,
+            workspace.target_of(cell.target_model),
+            cell.truth,
+            cell.requested,
+            cell.dtype_name,
+            plan.graph_tokens,
+        ),
         target,
         plan.device,
         cell.spec.method,

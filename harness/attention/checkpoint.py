@@ -185,6 +185,8 @@ def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.
         save_file(tensors, str(directory / "model.safetensors"), {"format": "pt"})
 
 
+# The target families written with weights, for the kernel lanes (gemma3_mm's vision tower is not).
+WEIGHTED_TARGETS = ("qwen3", "mistral_swa")
 # The model-level window of a mistral_swa target: shorter than every cell's max_model_len, so
 # vLLM keeps it (a window at or past the model length is dropped as no window at all).
 TARGET_WINDOW = 64
@@ -250,8 +252,8 @@ def write_target(
         path = root / ("target" if family == "qwen3" else f"target-{family}")
         _write(path, _target_config(shape, family), None)
         return path
-    if family != "qwen3":
-        raise ValueError(f"only config-only checkpoints of the {family} target family are written")
+    if family not in WEIGHTED_TARGETS:
+        raise ValueError(f"no weights are written for the {family} target family (only {', '.join(WEIGHTED_TARGETS)})")
     generator = torch.Generator().manual_seed(seed)
     tensors = {
         "model.embed_tokens.weight": _random(generator, shape.vocab, shape.hidden),
@@ -260,8 +262,12 @@ def write_target(
     }
     for layer in range(shape.target_layers):
         tensors.update(_decoder_layer(generator, shape, f"model.layers.{layer}"))
-    path = root / "target"
-    _write(path, _qwen3_config(shape), tensors)
+    if family == "mistral_swa":  # Llama's attention: no q/k norms
+        tensors = {
+            name: value for name, value in tensors.items() if not name.endswith(("q_norm.weight", "k_norm.weight"))
+        }
+    path = root / ("target" if family == "qwen3" else f"target-{family}")
+    _write(path, _target_config(shape, family), tensors)
     return path
 
 

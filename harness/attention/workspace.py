@@ -42,10 +42,19 @@ class Workspace:
         self.root = Path(self._dir.name)
         init_single_process_group(self.root, settings.dist_backend)
         self.target_path = write_target(self.root, settings.target_shape)
-        # The target built for each dtype, by the cell flow, the first time a cell needs it.
-        self.targets: dict[str, Any] = {}
+        self._target_paths = {"qwen3": self.target_path}
+        # The target built for each (dtype, family), by the cell flow, the first time a cell needs it.
+        self.targets: dict[tuple[str, str], Any] = {}
         self._drafts: dict[tuple[DraftSpec, ModelShape], DraftTruth] = {}
         freeze_process_state()
+
+    def target_of(self, family: str) -> Path:
+        """The target checkpoint of a family (harness.axes.TARGET_MODELS), written on first use."""
+        from harness.attention.checkpoint import write_target
+
+        if family not in self._target_paths:
+            self._target_paths[family] = write_target(self.root, self.settings.target_shape, family=family)
+        return self._target_paths[family]
 
     def draft(self, spec: DraftSpec, head_size: int | None) -> DraftTruth:
         """The draft checkpoint for ``spec`` with that head size (None: ``draft_shape``'s)."""

@@ -50,7 +50,14 @@ _DRAFT_AXES = (
     "dtype",
     "kv_cache_dtype",
     "draft_kv_cache_dtype",
+    "target_model",
 )
+# The kernel lanes build the real target from its checkpoint: only families written with weights.
+_WEIGHTED_TARGETS = {
+    "target_model": Limit(
+        ("qwen3", "mistral_swa"), "the kernel lanes write weights for these target families only (no vision tower)"
+    )
+}
 
 CPU = Contract(
     name="cpu",
@@ -59,6 +66,7 @@ CPU = Contract(
     # attention is no axis here either (CpuPlatform hands CPU_ATTN to every request).
     axes=(*_DRAFT_AXES, "loader", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
+    limits=_WEIGHTED_TARGETS,
     options=CpuOptions,
     preload=Preload(
         modules=(
@@ -100,6 +108,7 @@ GPU = Contract(
     # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
     axes=("capability", *_DRAFT_AXES, "target_attention", "loader", "cudagraph", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
+    limits=_WEIGHTED_TARGETS,
     options=GpuOptions,
     preload=Preload(
         modules=("torch", "transformers", "transformers.modeling_utils"),
@@ -145,6 +154,7 @@ GPU_EMULATED = Contract(
     axes=GPU.axes,
     required=("capability", "backend"),
     defaults=GPU.defaults,
+    limits=_WEIGHTED_TARGETS,
     options=GpuEmulatedOptions,
     key=_capability_process,
     # Not transformers.modeling_utils: it imports Triton, whose kernels must see
