@@ -207,7 +207,11 @@ def cpu_torch_refusal(requirement: str, python: str, environ: Mapping[str, str],
 
 
 def _check_cpu_torch(tox_env: Any) -> None:
-    requirements = [str(dep) for dep in tox_env.conf["deps"].lines()] if "deps" in tox_env.conf else []
+    if "deps" not in tox_env.conf:
+        return
+    deps = tox_env.conf["deps"]
+    # tox's own PythonDeps has lines(); tox-uv hands over its requirements as a plain list.
+    requirements = [str(dep) for dep in (deps.lines() if hasattr(deps, "lines") else deps)]
     cpu_build = [req for req in requirements if re.match(rf"{CPU_BUILD}\s*[=<>~!]", req)]
     if not cpu_build:
         return
