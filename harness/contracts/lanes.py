@@ -252,6 +252,7 @@ FAKE_ACTIONS = (
     "reject",
     "substitute",
     "lose-request",
+    "lose-setting",
     "unavailable",
     "poison",
 )

@@ -8,9 +8,10 @@ every kind of fault and check the harness reports each one exactly::
 
 Actions (``harness.contracts.lanes.FAKE_ACTIONS``): pass (default), abort, segfault, exit,
 hang, raise, mismatch, loader-diff (V1's draft differs from V2's), reject, substitute,
-lose-request, unavailable, poison (passes, but marks its process as untrustworthy, as a sticky
-CUDA error does). ``sleep_s = 0.3`` makes every forward stage take that long, so a test can kill
-a run while it is mid-matrix. ``device = "fake-h100"`` and ``vllm_version = "0.33.0"`` are
+lose-request, lose-setting (a layer carries a window its draft did not ask for), unavailable,
+poison (passes, but marks its process as untrustworthy, as a sticky CUDA error does).
+``sleep_s = 0.3`` makes every forward stage take that long, so a test can kill a run while it
+is mid-matrix. ``device = "fake-h100"`` and ``vllm_version = "0.33.0"`` are
 reported in the run's environment as a real lane reports its own. It never stands in
 for a real lane's evidence.
 """
@@ -82,6 +83,7 @@ class FakeLane:
         stage_log(Stage.COMPARE)
         error = 1.0 if action == "mismatch" else 0.0
         differential = None
+        lost = ("layers.0: sliding_window is 64, the draft asked for none",) if action == "lose-setting" else ()
         if action == "loader-diff":
             layer = LayerAgreement("layers.0", "FakeImpl", "FakeImpl", bitwise=False, max_abs_diff=1e-6)
             differential = LoaderDifferential((layer,))
@@ -91,6 +93,7 @@ class FakeLane:
             platform_choice=choice,
             observed_backends=(observed, observed),
             max_abs_err=error,
+            lost_settings=lost,
             tolerance=cell.tolerance if cell.tolerance is not None else 1e-3,
             claim=Claim(True),
             loader_differential=differential,

@@ -17,7 +17,7 @@ from .planted import cell_ids, inner_env, write_fake_matrix
 
 pytestmark = pytest.mark.process
 
-BACKENDS = ["A_ATTN", "B_ATTN", "C_ATTN"]
+BACKENDS = ["A_ATTN", "B_ATTN", "C_ATTN", "D_ATTN"]  # D_ATTN: nothing planted, it passes
 # One cell of every fault the fake lane can plant.
 PLANTED = {
     "A_ATTN-causal-sink": "abort",
@@ -31,6 +31,7 @@ PLANTED = {
     "C_ATTN-causal-sink": "lose-request",
     "C_ATTN-causal-nosink": "unavailable",
     "C_ATTN-noncausal-sink": "loader-diff",
+    "C_ATTN-noncausal-nosink": "lose-setting",
 }
 
 
@@ -63,7 +64,7 @@ def _seeds_in_a_fresh_interpreter(matrix: Path, hash_seed: str) -> dict[str, int
 
 def test_cell_seed_is_derived_from_the_id_and_stable(tmp_path: Path) -> None:
     matrix = load_matrix(write_fake_matrix(tmp_path, "seeds", BACKENDS))
-    wider = load_matrix(write_fake_matrix(tmp_path, "wider", ["Z_ATTN", *BACKENDS, "D_ATTN"]))
+    wider = load_matrix(write_fake_matrix(tmp_path, "wider", ["Z_ATTN", *BACKENDS, "E_ATTN"]))
     seeds = {cell.id: cell.seed for cell in expand(matrix)}
 
     # Pinned: a changed derivation would silently change every tensor the lanes draw.
