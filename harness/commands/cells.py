@@ -14,9 +14,10 @@ from typing import Any
 
 from harness.bundled import matrix_path
 from harness.errors import InputError
-from harness.expectations import describe_release, describe_stale, expectations_for, parse_release
+from harness.expectations import describe_release, describe_stale, expectations_for
 from harness.matrix import expand, load_matrix
 from harness.releases.provenance import installed_vllm
+from harness.tomlfile import parse_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
