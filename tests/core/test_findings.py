@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
 
 from harness.bundled import matrix_path
 from harness.cli import main
@@ -165,3 +166,15 @@ def test_the_planted_new_bug_is_an_unrecorded_failure_until_recorded_with_its_fi
         decide(cell, OBSERVATIONS[Verdict.WRONG_BACKEND], expectations_for(matrix).for_cell(cell)) for cell in cells
     ]
     assert all(result.ok and result.finding is not None for result in judged)
+
+
+def test_the_docs_table_of_findings_is_the_findings_file() -> None:
+    """docs/explanation/findings-model.md lists the recorded findings: the same ids, kinds, upstream, range."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "explanation" / "findings-model.md"
+    table = page.read_text().split("## The findings recorded today", 1)[1]
+    rows = [line.split("|")[1:-1] for line in table.splitlines() if line.startswith("| `")]
+    listed = {row[0].strip(" `"): (row[1].strip(), row[2].strip(), SpecifierSet(row[3].strip())) for row in rows}
+    findings = load_findings(SHIPPED).findings
+    assert listed == {
+        ident: (finding.kind.value, finding.upstream or "—", finding.vllm) for ident, finding in findings.items()
+    }
