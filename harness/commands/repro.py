@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE.py", help="where to write the script")
 
 
-def _report(path: Path) -> dict[str, Any]:
+def report_document(path: Path) -> dict[str, Any]:
+    """A matrix.json as the scripts read it (a report folder or the file), its runs always listed."""
     file = path / "matrix.json" if path.is_dir() else path
     try:
         data = json.loads(file.read_text())
@@ -170,7 +171,7 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    text = script_for(_report(Path(args.report)), args.cell, args.report, out.name)
+    text = script_for(report_document(Path(args.report)), args.cell, args.report, out.name)
     write_atomic(out, text.encode())
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
     return 0
