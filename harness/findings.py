@@ -126,6 +126,14 @@ class FindingSet:
         return tuple(self.findings)
 
 
+def finding_change(before: str | None, after: str | None) -> str | None:
+    """What a change between two releases does to a cell's finding (by id), in words; None: nothing."""
+    if before == after:
+        return None
+    said = [f"ends finding {before}"] if before else []
+    return ", ".join([*said, f"starts finding {after}"] if after else said)
+
+
 def load_findings(path: str | Path) -> FindingSet:
     """The findings file; every finding must be named by a rule of the files in ``findings.rules_in``."""
     path = Path(path)

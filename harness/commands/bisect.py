@@ -6,8 +6,9 @@
 The releases in between are those the package index offers (asked of pip). Each release
 probed is installed once into a cached venv under --cache (at most --keep-envs at a time, the
 least recently used deleted first; --reuse-env RELEASE=PATH adds an env you already have),
-and only the requested cells run there. Prints one line per cell, names the releases that
-could not be installed, and writes bisect.json (answers, probes, install and run times, disk).
+and only the requested cells run there. Prints one line per cell (with the finding the change
+starts or ends, by the matrix's expectations for the releases on either side), names the releases
+that could not be installed, and writes bisect.json (answers, probes, install and run times, disk).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from pathlib import Path
 from harness.bundled import matrix_path
 from harness.commands.release_range import add_release_arguments, chosen_releases, release_envs
 from harness.errors import InputError
-from harness.matrix import expand, load_matrix
+from harness.expectations import ExpectationSet, expectations_for
+from harness.findings import finding_change
+from harness.matrix import Cell, expand, load_matrix
 from harness.releases.bisection import BisectError, Signature, Uninstallable, bisect
 from harness.releases.envs import run_cells, slug
 
@@ -31,6 +34,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("matrix", metavar="MATRIX", help="matrix file or shipped matrix name (selection, ...)")
     parser.add_argument("cells", metavar="CELL", nargs="+", help="cell ids of that matrix")
     add_release_arguments(parser, out="bisect", keep_envs=2, new_required=True)
+
+
+def _finding_change(expectations: ExpectationSet, cell: Cell, before: str | None, after: str | None) -> str | None:
+    """The finding a change starts or ends, by the expectations recorded for the releases on either side
+    (releases given as pip requirements, wheels or commits have no version to judge by: nothing said)."""
+    if before is None or after is None:
+        return None
+    try:
+        sides = [expectations.for_release(release).for_cell(cell).finding for release in (before, after)]
+    except ValueError:
+        return None
+    return finding_change(*(finding.id if finding else None for finding in sides))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,8 +81,15 @@ def run(args: argparse.Namespace) -> int:
         if args.clean:
             envs.clean()
     wall = round(time.monotonic() - started, 1)
+    cells = {cell.id: cell for cell in expand(matrix)}
+    expectations = expectations_for(matrix)
+    changes = {
+        answer.cell: _finding_change(expectations, cells[answer.cell], answer.last_same, answer.first_changed)
+        for answer in answers
+    }
     for answer in answers:
-        print(answer.line())
+        change = changes[answer.cell]
+        print(answer.line() + (f" ({change})" if change else ""))
     for release, reason in state.uninstallable.items():
         print(f"not installable: vLLM {release}: {reason}")
     out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         "releases": list(releases),
         "probed": state.probed,
         "uninstallable": state.uninstallable,
-        "answers": [answer.to_json() for answer in answers],
+        "answers": [{**answer.to_json(), "finding_change": changes[answer.cell]} for answer in answers],
         "installs": envs.log,
         "runs": runs,
         "wall_s": wall,

@@ -109,3 +109,22 @@ def test_an_endpoint_that_cannot_be_installed_stops_the_search() -> None:
     lane = FakeLane({"cell": history()}, broken=["0.33.0"])
     with pytest.raises(BisectError, match=r"vLLM 0\.33\.0 cannot be installed: flashinfer-python"):
         bisect(RELEASES, ["cell"], lane)
+
+
+def test_a_bisect_answer_names_the_finding_its_change_starts_or_ends() -> None:
+    from harness.bundled import matrix_path
+    from harness.commands.bisect import _finding_change
+    from harness.expectations import expectations_for
+    from harness.matrix import expand, load_matrix
+
+    matrix = load_matrix(matrix_path("selection"))
+    cells = {cell.id: cell for cell in expand(matrix)}
+    expectations = expectations_for(matrix)
+    fixed = cells["sm90-TRITON_ATTN-causal-sink-v2-cubin"]
+    assert _finding_change(expectations, fixed, "0.24.0", "0.25.0") == "ends finding pr-46770-v2-loader-drops-backend"
+    per_kind = cells["sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-v2-cubin"]
+    assert _finding_change(expectations, per_kind, "0.25.1", "0.26.0") == (
+        "starts finding target-per-kind-backend-overrides-draft"
+    )
+    assert _finding_change(expectations, per_kind, "0.26.0", "0.27.0") is None
+    assert _finding_change(expectations, fixed, "vllm==0.24.0", "./vllm.whl") is None  # no version to judge by
