@@ -178,3 +178,13 @@ def test_the_docs_table_of_findings_is_the_findings_file() -> None:
     assert listed == {
         ident: (finding.kind.value, finding.upstream or "—", finding.vllm) for ident, finding in findings.items()
     }
+
+
+def test_cells_names_each_cells_finding_and_its_verdict_without_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cells", "selection", "--vllm", "0.24.0"]) == 0
+    line = next(
+        line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("sm100-TRITON_ATTN-causal-sink-v2-cubin ")
+    )
+    assert line.endswith("[finding pr-46770-v2-loader-drops-backend; without it: pass]")
