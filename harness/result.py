@@ -18,7 +18,7 @@ from harness.findings import Finding
 from harness.matrix import LANES, Cell
 from harness.observation import Claim, Observation
 from harness.stages import STAGES, Stage
-from harness.verdict import VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
+from harness.verdict import FAULTS, VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
 
 class RecordError(ValueError):
@@ -54,6 +54,11 @@ class CellResult:
     @property
     def ok(self) -> bool:
         return self.outcome == Outcome.MATCH
+
+    @property
+    def unrecorded_fault(self) -> bool:
+        """A fault no finding records: the cell fails in a way nobody has filed yet (a new bug)."""
+        return self.verdict in FAULTS and self.verdict != self.expected
 
     @property
     def fixed(self) -> bool:

@@ -165,12 +165,16 @@ def _md_attention(report: Report) -> list[str]:
     missed = [row for row in report.rows if row.cell.outcome != Outcome.MATCH]
     if missed:
         lines += ["", f"## Not as expected ({len(missed)})", ""]
-        lines += ["| run | cell | verdict | expected | stage | message |", "|---|---|---|---|---|---|"]
+        unrecorded = sum(1 for row in missed if row.cell.unrecorded_fault)
+        if unrecorded:
+            lines += [f"{unrecorded} of them are unrecorded faults: no finding records them (a new bug?).", ""]
+        lines += ["| run | cell | verdict | expected | stage | finding | message |", "|---|---|---|---|---|---|---|"]
         for row in missed[:MAX_LISTED]:
             cell = row.cell
+            finding = cell.finding.id if cell.finding else ("unrecorded" if cell.unrecorded_fault else "")
             lines.append(
                 f"| {md(row.run)} | {md(cell.id)} | {cell.verdict.value} | {cell.expected.value} "
-                f"| {cell.stage.value if cell.stage else ''} | {md(cell.message)} |"
+                f"| {cell.stage.value if cell.stage else ''} | {md(finding)} | {md(cell.message)} |"
             )
         lines += _more(len(missed))
     if report.conflicts or report.junit_conflicts:

@@ -376,6 +376,7 @@ class Report:
             "stale_expectations": stale,
             "findings": len(findings),
             "findings_fixed": len(fixed),
+            "unrecorded_faults": sum(1 for row in self.rows if row.cell.unrecorded_fault),
             "conflicts": conflicts,
             "incomplete_runs": len(incomplete),
             "junit_only_runs": sorted(self.junit_only),

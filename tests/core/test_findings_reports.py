@@ -94,3 +94,20 @@ def test_half_fixed_is_said_and_the_rules_are_not_stale(tmp_path: Path) -> None:
     (item,) = report.findings
     assert item.status == "fixed in 0.32.0? (1 of 2 cells)" and item.stale is None
     assert report.stale_expectations == ()
+
+
+def test_a_planted_new_bug_is_listed_as_an_unrecorded_fault(tmp_path: Path) -> None:
+    """A loader change that makes cells wrong-backend, run against expectations without a finding for it."""
+    matrix = matrix_from(tmp_path, expectations=RULES)
+    expectations = expectations_for(matrix)
+    results = []
+    for cell in expand(matrix):
+        planted = cell.get("backend") == "CPU_ATTN" and cell.get("causal")
+        verdict = Verdict.WRONG_BACKEND if planted else expectations.for_cell(cell).verdict
+        results.append(decide(cell, OBSERVATIONS[verdict], expectations.for_cell(cell)))
+    journal = write_journal(tmp_path / "journal" / "main.jsonl", results, [cell.id for cell in expand(matrix)])
+    report = report_from_journal(read_journals([journal]))
+    assert report.summary()["unrecorded_faults"] == 2 and not report.summary()["ok"]
+    markdown = write_reports(read_journals([journal]), tmp_path / "out")["matrix.md"].read_text()
+    assert "2 of them are unrecorded faults: no finding records them" in markdown
+    assert "| CPU\\_ATTN-causal-sink-bf16 | wrong-backend | pass | build | unrecorded |" in markdown
