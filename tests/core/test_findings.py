@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from harness.bundled import matrix_path
 from harness.cli import main
@@ -188,3 +189,23 @@ def test_cells_names_each_cells_finding_and_its_verdict_without_it(capsys: pytes
         if line.startswith("sm100-TRITON_ATTN-causal-sink-v2-cubin ")
     )
     assert line.endswith("[finding pr-46770-v2-loader-drops-backend; without it: pass]")
+
+
+def test_each_selection_findings_first_release_is_the_first_recorded_release_it_decides_a_cell_in() -> None:
+    """The selection expectations record every release 0.24.0-0.34.0, each run whole: a finding's first
+    release is the earliest of them with a cell under it, every such release is in its range, and the
+    release it was fixed in has none."""
+    matrix = load_matrix(matrix_path("selection"))
+    expectations = expectations_for(matrix)
+    under: dict[str, list[Version]] = {}
+    for release in expectations.releases:
+        judged = expectations.for_release(release)
+        for ident in {found.id for cell in expand(matrix) if (found := judged.for_cell(cell).finding)}:
+            under.setdefault(ident, []).append(release)
+    findings = load_findings(SHIPPED).findings
+    for ident, releases in under.items():
+        finding = findings[ident]
+        assert min(releases) == finding.first_release, ident
+        assert all(finding.vllm.contains(release) for release in releases), ident
+        assert finding.fixed_in is None or finding.fixed_in not in releases, ident
+    assert set(under) == set(findings) - {"cpu-bf16-draft-kv-cache-over-claim"}  # the cpu lane's own
