@@ -27,6 +27,23 @@ Behaviour differs between vLLM releases, so a rule may hold for some of them onl
 A run is judged by the rules whose ``vllm`` range holds its release (a rule without one
 holds for every release). With ``releases`` recorded, a rule is stale when it decides no
 cell in any of them: a rule for 0.24.0 is not stale because today's run is 0.33.0.
+
+A rule that expects a fault (harness.verdict.FAULTS: wrong-backend, mismatch, loader-diff,
+crash, timeout) records a bug, and must say which one (harness/findings.py)::
+
+    [expectations]
+    findings = "findings.toml"       # relative to this file
+
+    [[expect]]
+    when = { backend = "HPC_ATTN", capability = "9.0", causal = true, sink = false }
+    verdict = "crash"
+    finding = "hpc-attn-sinks-argument"
+    reason = "..."
+
+A cell decided by such a rule also learns what it would get without the finding: the last
+matching rule that names no finding (or the default). That is vLLM's correct behaviour, which
+the reports compare with (a finding whose cells now get it is "fixed in X?") and a repro
+script asserts.
 """
 
 from __future__ import annotations
@@ -37,16 +54,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from harness.axes import AXIS_NAMES
 from harness.errors import InputError
+from harness.findings import Finding, FindingSet, load_findings
 from harness.matrix import Cell, Matrix, Selector, read_selector, selector_matches
-from harness.tomlfile import array_of_tables, only_keys, read_toml
-from harness.verdict import VERDICTS, Verdict
+from harness.tomlfile import array_of_tables, only_keys, parse_release, read_toml, release_range
+from harness.verdict import FAULTS, VERDICTS, Verdict
 
-_RULE_KEYS = ("when", "vllm", "verdict", "message", "reason")
+_RULE_KEYS = ("when", "vllm", "verdict", "message", "finding", "reason")
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,9 @@ class Expectation:
     reason: str
     message: str | None = None
     rule: int | None = None  # index of the rule in its file; None = the file's default
+    finding: Finding | None = None  # the known bug the rule records
+    # For a rule with a finding, what the cell gets without it (set by ExpectationSet.for_cell).
+    correct: Expectation | None = None
 
     def describe(self) -> str:
         return self.reason if self.rule is None else f"rule {self.rule}: {self.reason}"
@@ -95,11 +116,14 @@ class ExpectationSet:
 
     def for_cell(self, cell: Cell) -> Expectation:
         values = cell.values
-        chosen = self.default
+        chosen = correct = self.default
         for rule in self._rules_in_force:
             if selector_matches(rule.when, values):
                 chosen = rule.expectation
-        return chosen
+                if chosen.finding is None:
+                    correct = chosen
+        # Without the finding the cell falls to the last rule recording no bug: vLLM's correct answer.
+        return chosen if chosen.finding is None else dataclasses.replace(chosen, correct=correct)
 
     @property
     def release_recorded(self) -> bool:
@@ -111,14 +135,6 @@ class ExpectationSet:
         judged = [self.for_release(release) for release in self.releases] if self.releases else [self]
         used = {expectations.for_cell(cell).rule for expectations in judged for cell in cells}
         return tuple(rule for rule in self.rules if rule.index not in used)
-
-
-def parse_release(text: str) -> Version:
-    """A vLLM version string as a PEP 440 version; ValueError names the text."""
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise ValueError(f"{text!r} is not a PEP 440 version (e.g. 0.33.0)") from None
 
 
 NO_EXPECTATIONS = ExpectationSet(
@@ -139,12 +155,17 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
     head = raw.get("expectations", {})
     if not isinstance(head, dict):
         raise InputError(path, "expectations", "must be a table")
-    only_keys(path, "expectations", head, ("default", "reason", "releases"))
+    only_keys(path, "expectations", head, ("default", "reason", "releases", "findings"))
     default = Expectation(
         verdict=_verdict(path, "expectations.default", head.get("default", "pass")),
         reason=str(head.get("reason", "default expectation")),
     )
+    if default.verdict in FAULTS:
+        raise InputError(
+            path, "expectations.default", f"{default.verdict} is a fault: it cannot be what every cell should get"
+        )
     releases = _releases(path, head.get("releases", []))
+    findings = _findings(path, head.get("findings"))
     rules = []
     for index, table in enumerate(array_of_tables(path, raw, "expect")):
         key = f"expect[{index}]"
@@ -158,15 +179,46 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
         message = table.get("message")
         if message is not None and not isinstance(message, str):
             raise InputError(path, f"{key}.message", "must be a string the cell message contains")
+        verdict = _verdict(path, f"{key}.verdict", table.get("verdict"))
         rules.append(
             Rule(
                 index=index,
                 when=read_selector(path, f"{key}.when", when, matrix.all_axes if matrix else None),
-                expectation=Expectation(_verdict(path, f"{key}.verdict", table.get("verdict")), reason, message, index),
-                vllm=_specifiers(path, f"{key}.vllm", table.get("vllm")),
+                expectation=Expectation(
+                    verdict, reason, message, index, _rule_finding(path, key, verdict, table.get("finding"), findings)
+                ),
+                vllm=release_range(path, f"{key}.vllm", table["vllm"]) if "vllm" in table else None,
             )
         )
     return ExpectationSet(path=path, default=default, rules=tuple(rules), releases=releases)
+
+
+def _findings(path: Path, raw: object) -> FindingSet | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str) or not raw.strip():
+        raise InputError(path, "expectations.findings", "must be the path of a findings file", ("findings.toml",))
+    return load_findings(path.parent / raw)
+
+
+def _rule_finding(path: Path, key: str, verdict: Verdict, raw: object, findings: FindingSet | None) -> Finding | None:
+    """The finding a rule names. A rule expecting a fault must name one: recorded without it, a new
+    bug would be an expected verdict like any refusal by design, and the run green."""
+    if raw is None:
+        if verdict not in FAULTS:
+            return None
+        raise InputError(
+            path,
+            f"{key}.finding",
+            f'verdict {verdict} records a fault: name the finding it is (finding = "ID", '
+            "from the findings file expectations.findings names; add one there for a new bug)",
+            findings.ids if findings else None,
+        )
+    if findings is None:
+        raise InputError(path, f"{key}.finding", "names a finding, but expectations.findings names no findings file")
+    if not isinstance(raw, str) or raw not in findings.findings:
+        raise InputError(path, f"{key}.finding", f"{raw!r} is not a finding of {findings.path.name}", findings.ids)
+    return findings.findings[raw]
 
 
 def _releases(path: Path, raw: object) -> tuple[Version, ...]:
@@ -179,19 +231,6 @@ def _releases(path: Path, raw: object) -> tuple[Version, ...]:
         except ValueError as exc:
             raise InputError(path, "expectations.releases", str(exc)) from None
     return tuple(sorted(set(releases)))
-
-
-def _specifiers(path: Path, key: str, raw: object) -> SpecifierSet | None:
-    if raw is None:
-        return None
-    try:
-        if not isinstance(raw, str) or not raw.strip():
-            raise InvalidSpecifier(repr(raw))
-        return SpecifierSet(raw)
-    except InvalidSpecifier:
-        raise InputError(
-            path, key, f"{raw!r} is not a PEP 440 version range", (">=0.25,<0.30", "==0.24.*", "<0.25")
-        ) from None
 
 
 def expectations_for(matrix: Matrix, release: str | None = None) -> ExpectationSet:

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.axes import CELL_ID
+from harness.errors import InputError
 from harness.expectations import Expectation
+from harness.findings import Finding
 from harness.matrix import LANES, Cell
 from harness.observation import Claim, Observation, json_safe
 from harness.stages import STAGES, Stage
-from harness.verdict import VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
+from harness.verdict import FAULTS, VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
 
 class RecordError(ValueError):
@@ -43,10 +45,26 @@ class CellResult:
     claim_gap: ClaimGap | None
     duration_s: float
     details: dict[str, Any] = field(default_factory=dict)
+    # The known bug (harness.findings) the cell's expectation records, and what the cell would get
+    # without it (the rule it falls to without the finding): both or neither.
+    finding: Finding | None = None
+    correct: Expectation | None = None
 
     @property
     def ok(self) -> bool:
         return self.outcome == Outcome.MATCH
+
+    @property
+    def unrecorded_fault(self) -> bool:
+        """A fault no finding records: the cell fails in a way nobody has filed yet (a new bug)."""
+        return self.verdict in FAULTS and self.verdict != self.expected
+
+    @property
+    def fixed(self) -> bool:
+        """The cell no longer shows its finding: it gets what it would without it, not the finding's verdict."""
+        if self.finding is None or self.correct is None or self.verdict == self.expected:
+            return False
+        return self.verdict in self.finding.correct_verdicts(self.correct.verdict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +87,8 @@ class CellResult:
             "claim_gap": self.claim_gap.value if self.claim_gap else None,
             "duration_s": round(self.duration_s, 4),
             "details": self.details,
+            "finding": self.finding.to_json() if self.finding else None,
+            "correct": _expectation_json(self.correct) if self.correct else None,
         }
 
     @classmethod
@@ -97,6 +117,9 @@ class CellResult:
             details = data.get("details") or {}
             if not isinstance(details, dict):
                 raise RecordError("details must be an object")
+            finding, correct = _finding(data.get("finding")), _correct(data.get("correct"))
+            if (finding is None) != (correct is None):
+                raise RecordError("finding and correct come together: a finding's cell says what it gets without it")
             return cls(
                 id=ident,
                 lane=_choice(data, "lane", LANES),
@@ -117,6 +140,8 @@ class CellResult:
                 claim_gap=gap,
                 duration_s=_float_or_none(data.get("duration_s", 0.0)) or 0.0,
                 details=details,
+                finding=finding,
+                correct=correct,
             )
         except KeyError as exc:
             raise RecordError(f"missing key {exc.args[0]!r}") from None
@@ -146,6 +171,33 @@ def decide(cell: Cell, observation: Observation, expectation: Expectation) -> Ce
         claim_gap=claim_gap(observation.claim, judgement.verdict),
         duration_s=observation.duration_s,
         details=_details(observation),
+        finding=expectation.finding,
+        correct=expectation.correct,
+    )
+
+
+def _expectation_json(expectation: Expectation) -> dict[str, Any]:
+    return {"verdict": expectation.verdict.value, "message": expectation.message, "reason": expectation.describe()}
+
+
+def _finding(value: object) -> Finding | None:
+    if value is None:
+        return None
+    try:
+        return Finding.from_json(value)
+    except InputError as error:
+        raise RecordError(error.line()) from None
+
+
+def _correct(value: object) -> Expectation | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise RecordError("correct must be null or an object with the verdict, message and reason without the finding")
+    return Expectation(
+        Verdict(_choice(value, "verdict", VERDICTS)),
+        _optional_text(value, "reason") or "",
+        _optional_text(value, "message"),
     )
 
 

@@ -55,6 +55,13 @@ _RANK = {verdict: tier for tier, members in enumerate(_TIERS) for verdict in mem
 VERDICT_ORDER: tuple[Verdict, ...] = tuple(verdict for members in _TIERS for verdict in members)
 
 
+# Verdicts that say vLLM (or the harness) did something wrong with the request: a lost request,
+# wrong numbers, a crash, a hang. The others are answers: served, swapped, refused, absent. An
+# expectation rule that records a fault must name its finding (harness/expectations.py), so a
+# bug never hides as a plain expected verdict.
+FAULTS: frozenset[Verdict] = frozenset(v for v in VERDICT_ORDER if _RANK[v] > _RANK[Verdict.UNSUPPORTED])
+
+
 def severity(verdict: Verdict) -> int:
     """Position in VERDICT_ORDER: higher is worse, and no two verdicts tie."""
     return VERDICT_ORDER.index(verdict)

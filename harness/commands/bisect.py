@@ -10,7 +10,8 @@ and only the requested cells run there. A release installs with the overrides re
 (harness/releases/overrides.toml) unless --override names its own; each probe says which. A
 release that gives no verdict (it does not install, its lane does not start, or the cells crash
 importing vLLM) is an environment failure: named with its reason, stepped around, never a change.
-Prints one line per cell, then each environment failure, and writes bisect.json (answers, probes,
+Prints one line per cell (with the finding the change starts or ends, by the matrix's
+expectations for the releases on either side), then each environment failure, and writes bisect.json (answers, probes,
 environment failures, install and run times, disk).
 """
 
@@ -30,7 +31,9 @@ from harness.commands.release_range import (
     release_envs,
 )
 from harness.errors import InputError
-from harness.matrix import expand, load_matrix
+from harness.expectations import ExpectationSet, expectations_for
+from harness.findings import finding_change
+from harness.matrix import Cell, expand, load_matrix
 from harness.releases.bisection import Answers, BisectError, bisect
 from harness.releases.environment import EnvironmentFailure
 from harness.releases.envs import run_cells, slug
@@ -40,6 +43,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("matrix", metavar="MATRIX", help="matrix file or shipped matrix name (selection, ...)")
     parser.add_argument("cells", metavar="CELL", nargs="+", help="cell ids of that matrix")
     add_release_arguments(parser, out="bisect", keep_envs=2, new_required=True)
+
+
+def _finding_change(expectations: ExpectationSet, cell: Cell, before: str | None, after: str | None) -> str | None:
+    """The finding a change starts or ends, by the expectations recorded for the releases on either side
+    (releases given as pip requirements, wheels or commits have no version to judge by: nothing said)."""
+    if before is None or after is None:
+        return None
+    try:
+        sides = [expectations.for_release(release).for_cell(cell).finding for release in (before, after)]
+    except ValueError:
+        return None
+    return finding_change(*(finding.id if finding else None for finding in sides))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
         if args.clean:
             envs.clean()
     wall = round(time.monotonic() - started, 1)
+    cells = {cell.id: cell for cell in expand(matrix)}
+    expectations = expectations_for(matrix)
+    changes = {
+        answer.cell: _finding_change(expectations, cells[answer.cell], answer.last_same, answer.first_changed)
+        for answer in answers
+    }
     for answer in answers:
-        print(answer.line())
+        change = changes[answer.cell]
+        print(answer.line() + (f" ({change})" if change else ""))
     failures = state.environment_failures()
     for failure in failures:
         print(f"{failure.line()} (stepped around: not a verdict, never a change)")
@@ -92,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         "releases": list(releases),
         "probed": state.probed,
         "environment_failures": [failure.to_json() for failure in failures],
-        "answers": [answer.to_json() for answer in answers],
+        "answers": [{**answer.to_json(), "finding_change": changes[answer.cell]} for answer in answers],
         "installs": envs.log,
         "runs": runs,
         "wall_s": wall,

@@ -14,9 +14,10 @@ from typing import Any
 
 from harness.bundled import matrix_path
 from harness.errors import InputError
-from harness.expectations import describe_release, describe_stale, expectations_for, parse_release
+from harness.expectations import describe_release, describe_stale, expectations_for
 from harness.matrix import expand, load_matrix
 from harness.releases.provenance import installed_vllm
+from harness.tomlfile import parse_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
                 "expected": expectation.verdict.value,
                 "reason": expectation.describe(),
                 "message": expectation.message,
+                "finding": expectation.finding.id if expectation.finding else None,
+                "correct": expectation.correct.verdict.value if expectation.correct else None,
                 "tolerance": cell.tolerance,
                 "timeout_s": cell.timeout_s,
             }
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"# {note}")
     for row in rows:
         must = f" [message contains {row['message']!r}]" if row["message"] else ""
-        print(f"{row['id']:<{width}}  {row['expected']:<{verdict_width}}  {row['reason']}{must}")
+        found = f" [finding {row['finding']}; without it: {row['correct']}]" if row["finding"] else ""
+        print(f"{row['id']:<{width}}  {row['expected']:<{verdict_width}}  {row['reason']}{must}{found}")
     if stale:
         print(f"# {len(stale)} stale expectation rule(s):")
         for line in stale:

@@ -6,6 +6,12 @@ The script carries the cell, its expectation and the recorded environment; run i
 with vLLM it prints what it observes and what was expected, and exits 1 when the cell's
 failure reproduces (the observed verdict is not the expected one), 0 otherwise: ready to
 paste into an upstream issue. Cells of the selection and cpu lanes.
+
+A cell under a finding (a known vLLM bug, harness/findings.py) is expected, in the report, to
+show the bug. Its script expects vLLM's correct behaviour instead: what the cell gets without the
+finding (the report's ``correct``, the rule it falls to without it; for an over-claim a pass as
+well). So it exits 1 wherever the bug is and 0 where it is fixed, whichever release's report it
+was written from. A harness limitation is no vLLM bug: its script keeps the recorded expectation.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
+from harness.findings import Finding, FindingKind
 from harness.matrix import Matrix, expand, load_matrix
+from harness.verdict import VERDICTS, Verdict
 
 _REPRO = Path(__file__).resolve().parent.parent / "repro"
 TEMPLATES = {"selection": _REPRO / "selection_cell.py.tmpl", "cpu": _REPRO / "cpu_cell.py.tmpl"}
@@ -32,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="FILE.py", help="where to write the script")
 
 
-def _report(path: Path) -> dict[str, Any]:
+def report_document(path: Path) -> dict[str, Any]:
+    """A matrix.json as the scripts read it (a report folder or the file), its runs always listed."""
     file = path / "matrix.json" if path.is_dir() else path
     try:
         data = json.loads(file.read_text())
@@ -66,6 +75,36 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
 
 
+def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[str, Any]:
+    """For a cell of a vLLM bug, what the script expects instead of the recorded expectation:
+    the verdict the cell gets without the finding (see the module docstring)."""
+    if cell.get("finding") is None:
+        return {}
+    where = f"cells.{cell_id}"
+    try:
+        finding = Finding.from_json(cell["finding"])
+    except InputError as error:
+        raise InputError(source, f"{where}.finding.{error.key}", error.problem, error.choices) from None
+    correct = cell.get("correct")
+    if not isinstance(correct, dict) or correct.get("verdict") not in VERDICTS:
+        raise InputError(source, f"{where}.correct", "a finding's cell must say what it gets without it", VERDICTS)
+    if finding.kind == FindingKind.HARNESS_LIMITATION:
+        return {}
+    accepted = finding.correct_verdicts(Verdict(correct["verdict"]))
+    return {
+        "expected": correct["verdict"],
+        "expected_message": correct.get("message"),
+        "accepted": [verdict.value for verdict in Verdict if verdict in accepted],
+        "finding": {
+            "id": finding.id,
+            "title": finding.title,
+            "kind": finding.kind.value,
+            "upstream": finding.upstream_status,
+            "bug_verdict": cell["expected"],
+        },
+    }
+
+
 def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
     cells = {cell.get("id"): cell for cell in report["cells"] if isinstance(cell, dict)}
     if cell_id not in cells:
@@ -76,6 +115,10 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     lane = str(cell.get("lane") or run.get("lane"))
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
+    if lane == "selection" and cell["axes"].get("method", "dflash") != "dflash":
+        raise InputError(
+            source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
+        )
     matrix = _matrix(run)
     options = dict(matrix.options) if matrix is not None else {}
     payload = {
@@ -83,11 +126,13 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "axes": cell["axes"],
         "expected": cell["expected"],
         "expected_message": cell.get("expected_message"),
+        "accepted": [cell["expected"]],
         "verdict": cell["verdict"],
         "message": cell.get("message") or "",
         "head_dim": int(options.get("head_dim", 128)),
         "target_backend": options.get("target_backend"),
     }
+    payload.update(_correct_behaviour(cell, cell_id, source))
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
     facts = [
@@ -100,6 +145,8 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         ("platform", run.get("platform")),
         ("device", run.get("device")),
         ("recorded", f"{cell['verdict']} (expected {cell['expected']}): {payload['message']}"),
+        ("finding", f"{payload['finding']['id']}: {payload['finding']['title']}" if "finding" in payload else None),
+        ("asserts", f"vLLM's correct behaviour: {' or '.join(payload['accepted'])}" if "finding" in payload else None),
     ]
     environment = "\n".join(f"    {name}: {value}" for name, value in facts if value)
     name = out_name
@@ -125,7 +172,7 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    text = script_for(_report(Path(args.report)), args.cell, args.report, out.name)
+    text = script_for(report_document(Path(args.report)), args.cell, args.report, out.name)
     write_atomic(out, text.encode())
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
     return 0

@@ -9,6 +9,8 @@ is marked apart, since a message may carry a release's own wording. A release th
 run a cell shows it as not run and is stepped over, never read as a change; so is a cell that gave
 no verdict in a release (an environment failure: it crashed importing vLLM, its lane did not
 start), which the caller names with its reason (``dflash-matrix history`` decides which).
+Each change says the finding (harness/findings.py) it starts or ends, from the findings the
+cells' records carry.
 
 Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from harness.findings import finding_change
 from harness.reports.device_grid import SYMBOLS
 from harness.reports.markdown import MAX_LISTED, md
 from harness.reports.model import Report, Run
@@ -43,6 +46,7 @@ class Step:
     changed: bool = False  # the verdict differs from the previous release that ran the cell
     reworded: bool = False  # same verdict as that release, another message
     no_verdict: str = ""  # why what it recorded is no verdict (an environment failure); stepped over
+    finding: str | None = None  # the id of the finding the release's expectations record for the cell
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,8 @@ def release_history(report: Report, no_verdict: Mapping[tuple[str, str], str] | 
                 now = (found.verdict, found.message)
                 changed = last is not None and now[0] != last[0]
                 reworded = last is not None and not changed and now[1] != last[1]
-                steps.append(Step(label, found.verdict, found.message, changed, reworded))
+                finding = found.finding.id if found.finding else None
+                steps.append(Step(label, found.verdict, found.message, changed, reworded, finding=finding))
                 last = now
             cells.append(CellHistory(ident, tuple(steps)))
         histories.append(SlotHistory(slot, labels, tuple(ordered), tuple(cells)))
@@ -155,6 +160,7 @@ def history_json(histories: Sequence[SlotHistory], extra: dict[str, Any] | None 
                             step.verdict.value if step.verdict and not step.no_verdict else None for step in cell.steps
                         ],
                         "messages": [step.message for step in cell.steps],
+                        "findings": [step.finding for step in cell.steps],
                     }
                     for cell in history.cells
                 ],
@@ -197,7 +203,11 @@ def _transitions(cells: Sequence[CellHistory]) -> list[str]:
         ran = [step for step in cell.steps if step.verdict is not None and not step.no_verdict]
         for before, after in itertools.pairwise(ran):
             if after.changed:
-                lines.append(f"- {md(cell.cell)}: in {md(after.release)}: {md(_said(before))} -> {md(_said(after))}")
+                change = finding_change(before.finding, after.finding)
+                lines.append(
+                    f"- {md(cell.cell)}: in {md(after.release)}: {md(_said(before))} -> {md(_said(after))}"
+                    + (f" ({md(change)})" if change else "")
+                )
     if len(lines) > MAX_LISTED:
         lines = [*lines[:MAX_LISTED], f"- ... {len(lines) - MAX_LISTED} more changes in history.json"]
     return lines

@@ -66,9 +66,7 @@ def cell_data(report: Report) -> dict[str, Any]:
     axes_text: dict[str, str] = {}  # a cell id stands for its axes, whichever run it is in
     rows = []
     # What needs a person's attention first: missed expectations, then the worst verdicts.
-    ordered = sorted(
-        report.rows, key=lambda r: (r.cell.outcome == Outcome.MATCH, -severity(r.cell.verdict))
-    )
+    ordered = sorted(report.rows, key=lambda r: (r.cell.outcome == Outcome.MATCH, -severity(r.cell.verdict)))
     for row in ordered:
         cell = row.cell
         claim = ""
@@ -93,7 +91,9 @@ def cell_data(report: Report) -> dict[str, Any]:
                 table.setdefault(cell.outcome, len(table)),
                 table.setdefault(cell.stage or "", len(table)),
                 table.setdefault(cell.message, len(table)),
-                table.setdefault(cell.expected_reason, len(table)),
+                table.setdefault(
+                    cell.expected_reason + (f" · finding {cell.finding.id}" if cell.finding else ""), len(table)
+                ),
                 table.setdefault(claim, len(table)),
                 table.setdefault(cell.claim_gap or "", len(table)),
                 table.setdefault(axes, len(table)),
@@ -162,7 +162,8 @@ def render_html(report: Report, grids: Sequence[Grid] | None = None, generated: 
             "state": report.state(run.key),
             "incomplete": report.incomplete(run.key),
             "cells": (
-                f"JUnit only: {len(report.junit_only[run.key].cases)} testcases" if run.key in report.junit_only
+                f"JUnit only: {len(report.junit_only[run.key].cases)} testcases"
+                if run.key in report.junit_only
                 else counts.get(run.key, 0)
             ),
             "extra": {
@@ -196,6 +197,22 @@ def render_html(report: Report, grids: Sequence[Grid] | None = None, generated: 
         not_run=report.not_run[:MAX_SECTION_ITEMS],
         not_run_total=len(report.not_run),
         stale=[str(item) for item in report.stale_expectations][:MAX_SECTION_ITEMS],
+        findings=[
+            {
+                "anchor": item.anchor,
+                "id": item.finding.id,
+                "title": item.finding.title,
+                "kind": item.finding.kind.value,
+                "upstream": item.finding.upstream_status,
+                "url": item.finding.upstream_url,
+                "since": item.finding.since(),
+                "run": item.run.label,
+                "cells": item.cells[:MAX_SECTION_ITEMS],
+                "fixed": set(item.fixed),
+                "status": item.status,
+            }
+            for item in report.findings
+        ],
         data=cell_data(report),
         differential=report.loader_differential,
         differential_line=report.loader_differential.line(),

@@ -1,12 +1,13 @@
 """junit.xml: one testsuite per run, one testcase per cell, for CI dashboards.
 
     <testsuites name="dflash-matrix" tests=".." failures=".." errors=".." time="..">
-      <testsuite name="dflash-matrix.gpu [NVIDIA H100 sm90 · vLLM 0.33.0]" ...>  properties: the run's environment
+      <testsuite name="dflash-matrix.gpu [NVIDIA H100 sm90 · vLLM 0.33.0]" ...>  properties: the run's environment,
+                                                                              and a finding:ID per finding it shows
         <testcase name="FLASH_ATTN-causal-sink-bf16" classname="gpu [NVIDIA H100 sm90 · vLLM 0.33.0].FLASH_ATTN">
           <system-out>unsupported as expected - FA2 has no sinks ...</system-out></testcase>
         <testcase ...><error type="regression" message="expected pass, observed wrong-backend: ..."/>...
         <testcase ...><failure type="unexpected-pass" message="expected unsupported, observed pass: ..."/>...
-        <testcase ...><skipped message="not run: ..."/></testcase>
+        <testcase ...><skipped message="not run: ..."/></testcase>   (a finding's cell: its system-out names it)
         <testcase name="run::incomplete" ...><error type="incomplete-run" .../></testcase>
         <testcase name="expectations::stale" ...><failure type="stale-expectations" .../></testcase>
 
@@ -34,7 +35,7 @@ from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from harness.errors import InputError
 from harness.reports import loader_differential
 from harness.reports.junit_merge import status
-from harness.reports.model import CellRun, ForeignSuite, Report, Run
+from harness.reports.model import CellRun, ForeignSuite, Report, Run, finding_line
 from harness.result import CellResult
 from harness.verdict import Outcome, Verdict
 
@@ -122,6 +123,9 @@ def _cell_testcase(group: str, row: CellRun) -> TestCase:
     cell = row.cell
     case = _case(cell.id, f"{group}.{cell.axes.get('backend', 'unknown')}", cell.duration_s)
     out = [verdict_line(cell)]
+    found = finding_line(cell)
+    if found is not None:
+        out.append(found)
     if row.conflict is not None:
         out.append("conflict: " + row.conflict.describe())
     if cell.outcome != Outcome.MATCH:
@@ -226,10 +230,20 @@ def _run_suite(report: Report, run: Run, name: str) -> TestSuite:
     cases += [_not_run_testcase(group, ident, finished) for ident in not_run]
     if report.incomplete(run.key):
         cases.append(_incomplete_testcase(group, not_run, finished, len(rows) + len(not_run)))
-    stale = report.stale.get(run.key, ())
+    stale = report.stale_of(run.key)
     if stale:
         cases.append(_stale_testcase(group, stale))
     properties = [(key, value) for key, value in run.meta.items() if isinstance(value, str)]
+    # The findings the run's cells show, one property each: what a dashboard lists as the run's known bugs.
+    properties += [
+        (
+            f"finding:{item.finding.id}",
+            f"{item.finding.title} · {item.finding.kind.value} · upstream: {item.finding.upstream_status} · "
+            f"{len(item.cells)} cells · {item.status}",
+        )
+        for item in report.findings
+        if item.run.key == run.key
+    ]
     started = run.meta.get("started_at")
     return _suite(name, cases, properties, started if isinstance(started, str) else None)
 
@@ -268,4 +282,3 @@ def render_junit_per_run(report: Report) -> dict[str, bytes]:
             file_name, number = f"junit-{stem}-{number}.xml", number + 1
         files[file_name] = _document([suite])
     return files
-

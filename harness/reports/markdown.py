@@ -3,8 +3,9 @@
 The runs table (each run's device, versions, and whether it finished), then one grid per lane:
 a row per backend x causal x sink x sliding window, a column per run (and compute capability).
 Each grid entry aggregates the cells behind it (dtype, loader, ...), so a 100k-cell matrix stays
-readable: symbol = worst verdict, text = count per verdict, then what needs a look. Then cells
-not as expected, conflicts, claim gaps, cells not run and stale rules. Messages come from
+readable: symbol = worst verdict, text = count per verdict, then what needs a look. Then the
+findings (known bugs) the cells show, cells not as expected, conflicts, claim gaps, cells not run
+and stale rules. Messages come from
 exceptions, so every piece of test output goes through ``md``: no table is broken and no markup
 injected by a stray `|`, `<` or `*`.
 """
@@ -64,8 +65,12 @@ def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
         )
     unfinished = [run for run in report.runs if report.incomplete(run.key)]
     if unfinished:
-        lines += ["", f"**{len(unfinished)} run(s) did not complete** (killed, timed out, or cells not run): "
-                  + ", ".join(md(run.label) for run in unfinished) + ". Their grids are partial."]
+        lines += [
+            "",
+            f"**{len(unfinished)} run(s) did not complete** (killed, timed out, or cells not run): "
+            + ", ".join(md(run.label) for run in unfinished)
+            + ". Their grids are partial.",
+        ]
     lines += [
         "",
         f"Legend: {' '.join(f'{s} {v.value}' for v, s in SYMBOLS.items())}; "
@@ -91,8 +96,30 @@ def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
         if len(reasons) > MAX_REASONS:
             lines.append(f"\n… {len(reasons) - MAX_REASONS} more reasons: see matrix.html or matrix.json")
     lines += _md_differential(report)
+    lines += _md_findings(report)
     lines += _md_attention(report)
     return "\n".join(lines) + "\n"
+
+
+def _md_findings(report: Report) -> list[str]:
+    if not report.findings:
+        return []
+    lines = ["", f"## Findings ({len({item.finding.id for item in report.findings})})", ""]
+    lines += ["| finding | kind | upstream | since | run | cells | status |", "|---|---|---|---|---|---|---|"]
+    for item in report.findings:
+        finding = item.finding
+        upstream = md(finding.upstream_status)
+        if finding.upstream_url:
+            upstream = f"[{upstream}]({finding.upstream_url})"
+        lines.append(
+            f"| [{md(finding.title)}](#{item.anchor}) | {finding.kind.value} | {upstream} | {md(finding.since())} "
+            f"| {md(item.run.label)} | {len(item.cells)} | {md(item.status)} |"
+        )
+    for item in report.findings:
+        lines += ["", f"### {item.anchor}", "", f"{md(item.finding.title)} ({md(item.run.label)}):", ""]
+        lines += [f"- {md(ident)}" + (" (fixed?)" if ident in item.fixed else "") for ident in item.cells[:MAX_LISTED]]
+        lines += _more(len(item.cells))
+    return lines
 
 
 def _md_differential(report: Report) -> list[str]:
@@ -138,12 +165,16 @@ def _md_attention(report: Report) -> list[str]:
     missed = [row for row in report.rows if row.cell.outcome != Outcome.MATCH]
     if missed:
         lines += ["", f"## Not as expected ({len(missed)})", ""]
-        lines += ["| run | cell | verdict | expected | stage | message |", "|---|---|---|---|---|---|"]
+        unrecorded = sum(1 for row in missed if row.cell.unrecorded_fault)
+        if unrecorded:
+            lines += [f"{unrecorded} of them are unrecorded faults: no finding records them (a new bug?).", ""]
+        lines += ["| run | cell | verdict | expected | stage | finding | message |", "|---|---|---|---|---|---|---|"]
         for row in missed[:MAX_LISTED]:
             cell = row.cell
+            finding = cell.finding.id if cell.finding else ("unrecorded" if cell.unrecorded_fault else "")
             lines.append(
                 f"| {md(row.run)} | {md(cell.id)} | {cell.verdict.value} | {cell.expected.value} "
-                f"| {cell.stage.value if cell.stage else ''} | {md(cell.message)} |"
+                f"| {cell.stage.value if cell.stage else ''} | {md(finding)} | {md(cell.message)} |"
             )
         lines += _more(len(missed))
     if report.conflicts or report.junit_conflicts:
@@ -174,7 +205,7 @@ def _md_attention(report: Report) -> list[str]:
         lines += [f"- {md(run)} {md(ident)}" for run, ident in report.not_run[:MAX_LISTED]]
         lines += _more(len(report.not_run))
     if report.stale_expectations:
-        lines += ["", "## Stale expectations (rules that matched no cell)", ""]
+        lines += ["", "## Stale expectations (rules that matched no cell, findings fixed)", ""]
         lines += [f"- {md(item)}" for item in report.stale_expectations[:MAX_LISTED]]
     return lines
 

@@ -11,6 +11,7 @@ One shape for one run or many (``"schema": "dflash-matrix/2"``)::
       "not_run": [{"run": <run key>, "id": "cell-id"}],
       "claims": {"over_claims": [...], "under_claims": [...]},
       "conflicts": [...],
+      "findings": [{Finding.to_json()..., "run", "status", "cells": [ids], "fixed_cells": [ids]}],
       "stale_expectations": ["...", ...],
       "sources": ["input file", ...]
     }
@@ -73,6 +74,7 @@ def matrix_document(report: Report) -> dict[str, Any]:
             "suite": suites[run.key],
             "finished": run.key not in report.unfinished,
             "incomplete": report.incomplete(run.key),
+            # The journal's list only: a fixed finding's line is derived from the cells when read back.
             "stale_expectations": list(report.stale.get(run.key, ())),
         }
         for run in report.runs
@@ -92,6 +94,16 @@ def matrix_document(report: Report) -> dict[str, Any]:
         },
         "conflicts": [conflict_json(c) for c in report.conflicts]
         + [junit_conflict_json(c) for c in report.junit_conflicts],
+        "findings": [
+            {
+                **item.finding.to_json(),
+                "run": item.run.key,
+                "status": item.status,
+                "cells": list(item.cells),
+                "fixed_cells": list(item.fixed),
+            }
+            for item in report.findings
+        ],
         "stale_expectations": list(report.stale_expectations),
         "sources": list(report.sources),
     }

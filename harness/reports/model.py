@@ -18,6 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from harness.errors import InputError
+from harness.findings import Finding
 from harness.journal import JournalContents
 from harness.reports.loader_differential import DifferentialSummary, summarize
 from harness.result import CellResult
@@ -208,6 +209,50 @@ class CellRun:
 
 
 @dataclass(frozen=True)
+class FindingInRun:
+    """A finding (harness.findings) as one run shows it: the run's cells its rules decide, and which
+    of them now get what they would without it (the finding fixed upstream in that release?)."""
+
+    run: Run
+    finding: Finding
+    cells: tuple[str, ...]
+    fixed: tuple[str, ...]
+    # Where the views list the finding's cells (an HTML id, a Markdown heading): the finding's id, and
+    # for its n-th other run "<id>-<n>", as GitHub names repeated headings.
+    anchor: str
+
+    @property
+    def status(self) -> str:
+        if not self.fixed:
+            return f"present in vLLM {self.run.vllm_version}"
+        if len(self.fixed) == len(self.cells):
+            return f"fixed in {self.run.vllm_version}?"
+        return f"fixed in {self.run.vllm_version}? ({len(self.fixed)} of {len(self.cells)} cells)"
+
+    @property
+    def stale(self) -> str | None:
+        """A finding every cell of which behaves as without it: its rules, like a rule deciding no cell, are stale."""
+        if not self.fixed or len(self.fixed) < len(self.cells):
+            return None
+        return (
+            f"finding {self.finding.id}: fixed in {self.run.vllm_version}? its {len(self.cells)} cells get what "
+            "they would without it: the rules naming it are stale"
+        )
+
+
+def finding_line(cell: CellResult) -> str | None:
+    """What a cell's own output says of its finding: which, what kind, upstream, and the verdict without it."""
+    if cell.finding is None or cell.correct is None:
+        return None
+    finding = cell.finding
+    fixed = " (this cell gets that now: fixed?)" if cell.fixed else ""
+    return (
+        f"finding {finding.id} ({finding.kind.value}, upstream: {finding.upstream_status}, since vLLM "
+        f"{finding.since()}): {finding.title}; without it: {cell.correct.verdict.value}{fixed}"
+    )
+
+
+@dataclass(frozen=True)
 class Report:
     runs: tuple[Run, ...]
     rows: tuple[CellRun, ...]
@@ -242,13 +287,41 @@ class Report:
             return f"{len(self.not_run_of(key))} cells not run"
         return "finished"
 
+    def stale_of(self, key: str) -> tuple[Any, ...]:
+        """The run's stale rules: those its journal names (deciding no cell), then those of fixed findings."""
+        fixed = tuple(line for item in self.findings if item.run.key == key and (line := item.stale) is not None)
+        return tuple(self.stale.get(key, ())) + fixed
+
     @property
     def stale_expectations(self) -> tuple[Any, ...]:
         distinct: dict[str, Any] = {}
-        for items in self.stale.values():
+        fixed = tuple(line for item in self.findings if (line := item.stale) is not None)
+        for items in (*self.stale.values(), fixed):
             for item in items:
                 distinct.setdefault(repr(item), item)
         return tuple(distinct.values())
+
+    @cached_property
+    def findings(self) -> tuple[FindingInRun, ...]:
+        """Every finding some cell's expectation records, per run, in run order and then by finding id."""
+        groups: dict[tuple[str, str], tuple[Finding, list[CellResult]]] = {}
+        for row in self.rows:
+            if row.cell.finding is not None:
+                groups.setdefault((row.run, row.cell.finding.id), (row.cell.finding, []))[1].append(row.cell)
+        runs = self.run_by_key()
+        order = {run.key: index for index, run in enumerate(self.runs)}
+        seen: Counter[str] = Counter()
+        found: list[FindingInRun] = []
+        for (key, ident), (finding, cells) in sorted(
+            groups.items(), key=lambda item: (order.get(item[0][0], 0), item[0][1])
+        ):
+            if key not in runs:
+                continue
+            anchor = ident if not seen[ident] else f"{ident}-{seen[ident]}"
+            seen[ident] += 1
+            fixed = tuple(cell.id for cell in cells if cell.fixed)
+            found.append(FindingInRun(runs[key], finding, tuple(cell.id for cell in cells), fixed, anchor))
+        return tuple(found)
 
     def claim_gaps(self, gap: ClaimGap) -> list[CellRun]:
         return [row for row in self.rows if row.cell.claim_gap == gap]
@@ -288,6 +361,8 @@ class Report:
         conflicts = len(self.conflicts) + len(self.junit_conflicts)
         incomplete = [run.key for run in self.runs if self.incomplete(run.key)]
         stale = len(self.stale_expectations)
+        findings = {item.finding.id for item in self.findings}
+        fixed = {item.finding.id for item in self.findings if item.stale is not None}
         return {
             "runs": len(self.runs),
             "cells": len(self.rows),
@@ -299,6 +374,9 @@ class Report:
             "over_claims": gaps[ClaimGap.OVER_CLAIM],
             "under_claims": gaps[ClaimGap.UNDER_CLAIM],
             "stale_expectations": stale,
+            "findings": len(findings),
+            "findings_fixed": len(fixed),
+            "unrecorded_faults": sum(1 for row in self.rows if row.cell.unrecorded_fault),
             "conflicts": conflicts,
             "incomplete_runs": len(incomplete),
             "junit_only_runs": sorted(self.junit_only),

@@ -37,6 +37,7 @@ RULES = """
 [expectations]
 default = "pass"
 reason = "CPU_ATTN serves every shape"
+findings = "findings.toml"
 
 [[expect]]
 when = { backend = "FLASH_ATTN" }
@@ -52,7 +53,23 @@ reason = "no sink support"
 [[expect]]
 when = { backend = "CPU_ATTN", dtype = "bfloat16", causal = [false] }
 verdict = "mismatch"
+finding = "bf16-noncausal-drift"
 reason = "known bf16 noncausal drift"
+"""
+
+# The finding RULES' fault rule names (tests that add fault rules name it too).
+FINDINGS = """
+[findings]
+rules_in = ["expect.toml"]
+
+[[finding]]
+id = "bf16-noncausal-drift"
+title = "CPU_ATTN drifts on bf16 non-causal drafts"
+kind = "upstream-bug"
+upstream = "unreported"
+vllm = ">=0.24"
+first_release = "0.24.0"
+measured = "a sample"
 """
 
 
@@ -65,6 +82,7 @@ def write(folder: Path, name: str, text: str) -> Path:
 def matrix_from(folder: Path, text: str = BASIC_MATRIX, expectations: str | None = None) -> Matrix:
     if expectations is not None:
         write(folder, "expect.toml", expectations)
+        write(folder, "findings.toml", FINDINGS)
         text = text.replace("[matrix]\n", '[matrix]\nexpectations = "expect.toml"\n', 1)
     return load_matrix(write(folder, "matrix.toml", text))
 

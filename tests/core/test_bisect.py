@@ -188,3 +188,22 @@ def test_a_cell_whose_lane_did_not_start_or_gave_no_verdict_is_stepped_around_fo
     assert by_cell["steady"].first_changed is None and by_cell["steady"].no_verdict == ()
     kinds = {(failure.release, failure.kind) for failure in state.environment_failures()}
     assert kinds == {("0.27.0", LANE), ("0.28.0", LANE)}
+
+
+def test_a_bisect_answer_names_the_finding_its_change_starts_or_ends() -> None:
+    from harness.bundled import matrix_path
+    from harness.commands.bisect import _finding_change
+    from harness.expectations import expectations_for
+    from harness.matrix import expand, load_matrix
+
+    matrix = load_matrix(matrix_path("selection"))
+    cells = {cell.id: cell for cell in expand(matrix)}
+    expectations = expectations_for(matrix)
+    fixed = cells["sm90-TRITON_ATTN-causal-sink-v2-cubin"]
+    assert _finding_change(expectations, fixed, "0.24.0", "0.25.0") == "ends finding pr-46770-v2-loader-drops-backend"
+    per_kind = cells["sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-v2-cubin"]
+    assert _finding_change(expectations, per_kind, "0.25.1", "0.26.0") == (
+        "starts finding target-per-kind-backend-overrides-draft"
+    )
+    assert _finding_change(expectations, per_kind, "0.26.0", "0.27.0") is None
+    assert _finding_change(expectations, fixed, "vllm==0.24.0", "./vllm.whl") is None  # no version to judge by

@@ -34,7 +34,8 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_cells_lists_expectations_and_stale_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stale_rule = (
-        '\n[[expect]]\nwhen = { backend = "CPU_ATTN", dtype = "float32" }\nverdict = "crash"\nreason = "gone"\n'
+        '\n[[expect]]\nwhen = { backend = "CPU_ATTN", dtype = "float32" }\nverdict = "crash"\n'
+        'finding = "bf16-noncausal-drift"\nreason = "gone"\n'
     )
     matrix = matrix_from(tmp_path, expectations=RULES + stale_rule)
     assert main(["cells", str(matrix.path)]) == 0

@@ -44,11 +44,13 @@ def test_a_rule_that_decides_no_cell_is_stale(tmp_path: Path) -> None:
 [[expect]]
 when = { backend = "CPU_ATTN", dtype = "float16" }
 verdict = "crash"
+finding = "bf16-noncausal-drift"
 reason = "matches nothing: no float16 cell"
 
 [[expect]]
 when = { backend = "FLASH_ATTN" }
 verdict = "timeout"
+finding = "bf16-noncausal-drift"
 reason = "shadows rules 0 and 1 entirely"
 """
     )
@@ -137,6 +139,7 @@ reason = "sinks reach FLASH_ATTN from 0.30 on"
 when = { backend = "CPU_ATTN", causal = false }
 vllm = "==0.24.*"
 verdict = "crash"
+finding = "bf16-noncausal-drift"
 reason = "0.24 crashed on non-causal CPU_ATTN"
 """
 )
@@ -171,7 +174,8 @@ def test_a_versioned_rule_is_stale_only_when_no_recorded_release_uses_it(tmp_pat
         # Judged as any release, the 0.24 rule and the >=0.30 rule each decide cells in some recorded release.
         assert expectations_for(matrix, release).stale_rules(cells) == ()
     never = (
-        VERSIONED + '\n[[expect]]\nwhen = { sink = true }\nvllm = ">=0.25,<0.30"\nverdict = "timeout"\nreason = "r"\n'
+        VERSIONED + '\n[[expect]]\nwhen = { sink = true }\nvllm = ">=0.25,<0.30"\nverdict = "timeout"\n'
+        'finding = "bf16-noncausal-drift"\nreason = "r"\n'
     )
     matrix = matrix_from(tmp_path, expectations=never)
     stale = describe_stale(expectations_for(matrix, "0.33.0"), expand(matrix))

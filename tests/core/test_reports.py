@@ -258,7 +258,7 @@ def test_hostile_message_text_stays_valid_xml_and_markdown(tmp_path: Path) -> No
     (case,) = list(next(iter(JUnitXml.fromfile(str(written["junit.xml"])))))
     assert case.result[0].message is not None and "<b>]]></b> & " in case.result[0].message
     table_rows = [line for line in written["matrix.md"].read_text().splitlines() if line.startswith("| cpu / ")]
-    assert len(table_rows) == 1 and table_rows[0].count(" | ") == 5
+    assert len(table_rows) == 1 and table_rows[0].count(" | ") == 6  # run, cell, verdict, expected, stage, finding
 
 
 def test_bad_journal_leaves_existing_reports_untouched(journal: Path, tmp_path: Path) -> None:

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
+from harness.bundled import matrix_path
 from harness.cli import main
+from harness.expectations import expectations_for
+from harness.findings import load_findings
+from harness.matrix import expand, load_matrix
+from harness.observation import Observation
+from harness.result import decide
 
 pytestmark = pytest.mark.pure
 
@@ -41,6 +47,11 @@ RUN = {
 }
 
 
+PR_46770 = load_findings(matrix_path("selection").parent / "expectations" / "findings.toml").findings[
+    "pr-46770-v2-loader-drops-backend"
+]
+
+
 def _report(folder: Path, cells: list[dict[str, Any]]) -> Path:
     folder.mkdir(exist_ok=True)
     document = {"schema": "dflash-matrix/2", "runs": [RUN], "cells": [{**cell, "run": RUN["key"]} for cell in cells]}
@@ -66,6 +77,7 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
         "axes": CELL["axes"],
         "expected": "pass",
         "expected_message": None,
+        "accepted": ["pass"],
         "verdict": "wrong-backend",
         "message": CELL["message"],
         "head_dim": 128,
@@ -81,6 +93,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
         ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "gpu lane"),
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
+        ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
+        ([{**CELL, "finding": {"id": "x"}, "correct": {"verdict": "pass"}}], CELL["id"], "finding.title: must be"),
+        ([{**CELL, "finding": PR_46770.to_json(), "correct": None}], CELL["id"], "correct: a finding's cell must"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -122,3 +137,86 @@ def test_a_cpu_cell_carries_what_the_lane_drew_its_inputs_from(tmp_path: Path) -
         assert cell.tolerance is not None and payload["tolerance"] == cell.tolerance
         contexts = [1500, 600, 3] if cell.get("context") == "long" else list(cpu.lane_options.context_lens)
         assert payload["context_lens"] == contexts and payload["expected"] == "pass"
+
+
+def _recorded(cell_id: str, release: str, observed: str) -> dict[str, Any]:
+    """The cell as a selection run of ``release`` records it, judged against the shipped expectations."""
+    matrix = load_matrix(matrix_path("selection"))
+    cell = next(c for c in expand(matrix) if c.id == cell_id)
+    layers = {"wrong-backend": ("FLASH_ATTN",), "pass": ("TRITON_ATTN",)}[observed]
+    seen = Observation("TRITON_ATTN", platform_choice="TRITON_ATTN", observed_backends=layers)
+    return decide(cell, seen, expectations_for(matrix, release).for_cell(cell)).to_json()
+
+
+def _script_exit(script: Path, observed: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """Run the written script's verdict logic with what vLLM would show (no vLLM here)."""
+    import io
+    import types
+    from contextlib import redirect_stdout
+
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    namespace["load_libcuda"] = lambda scratch: "stand-in"
+    namespace["observe"] = lambda scratch: observed
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        code = namespace["main"]()
+    return code, printed.getvalue()
+
+
+@pytest.mark.parametrize(("release", "observed_there"), [("0.24.0", "wrong-backend"), ("0.33.0", "pass")])
+def test_a_findings_script_asserts_vllms_correct_behaviour_whichever_release_it_was_written_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: str, observed_there: str
+) -> None:
+    """PR #46770's cell: the 0.24.0 report expects the bug (wrong-backend), the 0.33.0 report a pass; both
+    scripts expect the pass, so each exits 1 where the request is lost and 0 where it reaches the layers."""
+    ident = "sm90-TRITON_ATTN-causal-sink-v2-cubin"
+    recorded = _recorded(ident, release, observed_there)
+    assert recorded["outcome"] == "match"
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": release}],
+        "cells": [{**recorded, "run": RUN["key"]}],
+    }
+    (tmp_path / "matrix.json").write_text(json.dumps(document))
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(tmp_path), "--out", str(script)]) == 0
+    payload = json.loads(ast.literal_eval(script.read_text().split("CELL = json.loads(", 1)[1].split(")\n", 1)[0]))
+    assert (payload["expected"], payload["accepted"]) == ("pass", ["pass"])
+    if release == "0.24.0":
+        assert payload["finding"]["id"] == PR_46770.id and payload["finding"]["bug_verdict"] == "wrong-backend"
+        assert "finding: pr-46770-v2-loader-drops-backend" in script.read_text()
+    bug = ("wrong-backend", "draft layers carry FLASH_ATTN, the platform selects TRITON_ATTN")
+    code, printed = _script_exit(script, bug, monkeypatch)
+    assert code == 1 and "FAILURE REPRODUCES" in printed
+    assert code == 1 and ("finding pr-46770" in printed) == (release == "0.24.0")
+    assert _script_exit(script, ("pass", "every draft layer carries TRITON_ATTN"), monkeypatch)[0] == 0
+
+
+def test_an_over_claims_script_takes_the_refusal_or_a_pass_and_a_harness_limit_keeps_its_expectation(
+    tmp_path: Path,
+) -> None:
+    matrix = load_matrix(matrix_path("selection"))
+    expectations = expectations_for(matrix, "0.33.0")
+    cells = {c.id: c for c in expand(matrix)}
+    hpc = next(c for c in cells.values() if c.get("backend") == "HPC_ATTN" and expectations.for_cell(c).finding)
+    rocm = next(
+        c for c in cells.values() if c.get("backend") == "ROCM_AITER_FA" and c.get("method", "dflash") == "dflash"
+    )
+    built_nothing = Observation("HPC_ATTN")  # judged crash: no draft layer
+    payloads = {}
+    for cell in (hpc, rocm):
+        recorded = decide(cell, built_nothing, expectations.for_cell(cell)).to_json()
+        document = {
+            "schema": "dflash-matrix/2",
+            "runs": [{**RUN, "vllm_version": "0.33.0"}],
+            "cells": [{**recorded, "run": RUN["key"]}],
+        }
+        (tmp_path / "matrix.json").write_text(json.dumps(document))
+        assert main(["repro", cell.id, "--report", str(tmp_path), "--out", str(tmp_path / "repro.py")]) == 0
+        text = (tmp_path / "repro.py").read_text()
+        payloads[cell.id] = json.loads(ast.literal_eval(text.split("CELL = json.loads(", 1)[1].split(")\n", 1)[0]))
+    assert payloads[hpc.id]["accepted"] == ["pass", "unsupported"]  # fixed by honouring the claim or withdrawing it
+    assert payloads[rocm.id]["accepted"] == ["crash"] and "finding" not in payloads[rocm.id]

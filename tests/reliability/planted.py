@@ -21,9 +21,21 @@ from harness.matrix import Cell, expand, load_matrix
 from harness.observation import Observation
 from harness.reports.build import write_reports
 from harness.result import decide
-from harness.verdict import Stage
+from harness.verdict import FAULTS, Stage, Verdict
 
 CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
+
+
+PLANTED_FINDING = "planted-fault"
+
+
+def planted_findings(rules_file: str) -> str:
+    """The findings file a planted fault rule names (a rule expecting a fault must name its finding)."""
+    return (
+        f'[findings]\nrules_in = ["{rules_file}"]\n[[finding]]\nid = "{PLANTED_FINDING}"\n'
+        'title = "a fault planted by the test"\nkind = "upstream-bug"\nupstream = "unreported"\n'
+        'vllm = ">=0"\nfirst_release = "0.1.0"\nmeasured = "planted"\n'
+    )
 
 
 def cell_ids(backends: Sequence[str], capabilities: Sequence[str] = ()) -> list[str]:
@@ -71,6 +83,10 @@ def write_fake_matrix(
     if expect is not None:
         lines.append(f'expectations = "{name}-expect.toml"')
         rules = ["[expectations]", 'default = "pass"']
+        faults = [verdict for _, verdict, _ in expect if Verdict(verdict) in FAULTS]
+        if faults:
+            rules.append(f'findings = "{name}-findings.toml"')
+            (folder / f"{name}-findings.toml").write_text(planted_findings(f"{name}-expect.toml"))
         for ident, verdict, message in expect:
             rules += [
                 "[[expect]]",
@@ -78,6 +94,8 @@ def write_fake_matrix(
                 f'verdict = "{verdict}"',
                 f'reason = "planted {verdict} in {ident}"',
             ]
+            if Verdict(verdict) in FAULTS:
+                rules.append(f'finding = "{PLANTED_FINDING}"')
             if message is not None:
                 rules.append(f'message = "{message}"')
         (folder / f"{name}-expect.toml").write_text("\n".join(rules) + "\n")

@@ -25,9 +25,11 @@ from harness.lanes.fake import create
 from harness.matrix import expand, load_matrix
 from harness.observation import Failure, Observation
 from harness.result import decide
-from harness.verdict import Stage
+from harness.verdict import FAULTS, Stage, Verdict
 
 from .consumers import enricomi, junit2html, xunit_viewer
+
+PLANTED_FINDING = "planted-fault"
 
 pytestmark = pytest.mark.process
 
@@ -62,10 +64,20 @@ def fake_run(
     ``stop_after``: the run is killed after that many cells (no end record)."""
     folder.mkdir(parents=True)
     rules = ["[expectations]", 'default = "pass"', 'reason = "the fake lane serves every cell"']
+    if stale_rule or any(Verdict(verdict) in FAULTS for verdict in (expect or {}).values()):
+        # A rule expecting a fault names its finding; a finding no rule names would be refused.
+        rules.append('findings = "findings.toml"')
+        (folder / "findings.toml").write_text(
+            f'[findings]\nrules_in = ["expect.toml"]\n[[finding]]\nid = "{PLANTED_FINDING}"\n'
+            'title = "a fault planted by the test"\nkind = "upstream-bug"\nupstream = "unreported"\n'
+            'vllm = ">=0"\nfirst_release = "0.1.0"\nmeasured = "planted"\n'
+        )
     for ident, verdict in (expect or {}).items():
         rules += ["[[expect]]", f"when = {_selector(ident)}", f'verdict = "{verdict}"', f'reason = "planted {verdict}"']
+        rules += [f'finding = "{PLANTED_FINDING}"'] if Verdict(verdict) in FAULTS else []
     if stale_rule:  # shadowed by the next rule (the last matching rule wins), so it decides no cell
         rules += ["[[expect]]", 'when = { backend = "A_ATTN" }', 'verdict = "crash"', 'reason = "old"']
+        rules += [f'finding = "{PLANTED_FINDING}"']
         rules += ["[[expect]]", 'when = { backend = "A_ATTN" }', 'verdict = "pass"', 'reason = "fixed"']
     (folder / "expect.toml").write_text("\n".join(rules) + "\n")
     lane_actions = {k: v for k, v in (actions or {}).items() if k not in ("crash", "timeout") and v not in DIED}

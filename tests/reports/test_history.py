@@ -249,3 +249,22 @@ def test_a_bad_overrides_file_stops_history_in_one_line_before_anything_is_insta
     status = cli.main(["history", "selection", "--releases", "0.33.0", "0.34.0", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and err == [f"dflash-matrix: {bad}: override[0].reason: is missing: every override names it"]
+
+
+def test_each_change_names_the_finding_it_starts_or_ends(tmp_path: Path) -> None:
+    import dataclasses
+
+    from harness.bundled import matrix_path
+    from harness.expectations import Expectation
+    from harness.findings import load_findings
+    from harness.reports.history import history_json, history_markdown
+
+    findings = load_findings(matrix_path("selection").parent / "expectations" / "findings.toml").findings
+    pr = findings["pr-46770-v2-loader-drops-backend"]
+    bug = dataclasses.replace(
+        cell(**SINK, verdict="wrong-backend", message=WRONG), finding=pr, correct=Expectation(Verdict.PASS, "fixed")
+    )
+    [history] = histories(tmp_path, {"0.24.0": [bug], "0.25.0": [cell(**SINK)]})
+    text = history_markdown([history])
+    assert f"-> pass (ends finding {pr.id})" in text
+    assert history_json([history])["slots"][0]["cells"][0]["findings"] == [pr.id, None]

@@ -1,0 +1,152 @@
+"""One Markdown page per vLLM bug a report shows, ready to paste into vLLM's bug template, and their index.
+
+A page says, for one finding in one run: a one-sentence summary; the environment (vLLM and how it was
+installed, torch, the platform and device, simulated or real, the lane); the smallest user-facing
+configuration that shows it (the ``LLM(...)`` arguments of one of its cells); expected against actual with
+the message the run recorded; the affected cells as a table of the axes that differ between them; the
+first bad release (and the last good or fixed one, when measured); and its repro script with what
+running it showed. Pure text from the report model: the command (harness/commands/findings.py) writes
+and runs the scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from harness.axes import TARGET_KIND_PREFIX
+from harness.findings import FindingKind
+from harness.reports.markdown import md
+from harness.reports.model import FindingInRun, Report
+from harness.result import CellResult
+
+# The kinds a page is written for: those with something to hand upstream.
+UPSTREAM_KINDS = (FindingKind.UPSTREAM_BUG, FindingKind.OVER_CLAIM)
+# The axes every affected-cells table shows, whether or not they differ between the cells.
+_ALWAYS = ("capability", "backend")
+
+
+@dataclass(frozen=True)
+class ReproRun:
+    """A finding's repro script as the command wrote and (maybe) ran it."""
+
+    script: str | None  # file name beside the page; None: no script (``result`` says why)
+    cell: str | None
+    result: str  # what running it showed, or why it was not run
+    exit_status: int | None = None  # None: not run
+
+
+def page_name(item: FindingInRun) -> str:
+    return f"{item.anchor}.md"
+
+
+def user_configuration(axes: Mapping[str, Any], target_backend: str | None = None) -> dict[str, Any]:
+    """The ``vllm.LLM(...)`` arguments a cell stands for (the lanes build the same through EngineArgs)."""
+    speculative: dict[str, Any] = {
+        "method": "dspark" if axes.get("method") == "dspark" else "dflash",
+        "model": f"<a {axes.get('method', 'dflash')} draft: {'causal' if axes.get('causal') else 'non-causal'}, "
+        f"{'with' if axes.get('sink') else 'without'} attention sinks, head size {axes.get('head_size', 128)}>",
+        "num_speculative_tokens": 4,
+    }
+    if axes.get("backend", "auto") != "auto":
+        speculative["attention_backend"] = axes["backend"]
+    if axes.get("draft_kv_cache_dtype", "target") != "target":
+        speculative["kv_cache_dtype"] = axes["draft_kv_cache_dtype"]
+    arguments: dict[str, Any] = {"model": "<a Qwen3 target>", "speculative_config": speculative}
+    target = str(axes.get("target_attention", "auto"))
+    if target.startswith(TARGET_KIND_PREFIX):
+        name = target.removeprefix(TARGET_KIND_PREFIX)
+        arguments["attention_config"] = {"backend_per_kind": {"full_attention": name, "sliding_window": name}}
+    elif target != "auto" or target_backend:
+        arguments["attention_backend"] = target if target != "auto" else target_backend
+    for name in ("dtype", "kv_cache_dtype"):
+        if axes.get(name) not in (None, "auto"):
+            arguments[name] = axes[name]
+    return arguments
+
+
+def _cells_table(cells: Sequence[CellResult]) -> list[str]:
+    names = [name for name in cells[0].axes if name in _ALWAYS or len({str(c.axes.get(name)) for c in cells}) > 1]
+    lines = ["| cell | " + " | ".join(names) + " | verdict |", "|---|" + "---|" * (len(names) + 1)]
+    for cell in cells:
+        values = " | ".join(md(cell.axes.get(name, "")) for name in names)
+        lines.append(f"| `{cell.id}` | {values} | {cell.verdict.value}{' (fixed?)' if cell.fixed else ''} |")
+    return lines
+
+
+def finding_page(item: FindingInRun, cells: Sequence[CellResult], repro: ReproRun) -> str:
+    finding, run = item.finding, item.run
+    shown = next(cell for cell in cells if cell.id == repro.cell) if repro.cell else cells[0]
+    correct = shown.correct
+    upstream = f"[{finding.upstream_status}]({finding.upstream_url})" if finding.upstream_url else finding.upstream
+    meta = run.meta
+    installed = meta.get("vllm_source") or meta.get("vllm_requirement") or "not recorded"
+    lines = [
+        f"# {finding.title}",
+        "",
+        f"**Summary**: {finding.title} ({finding.kind.value}; upstream: {upstream}). Seen in {len(cells)} cell(s) "
+        f"of the dflash-matrix {run.lane} lane on vLLM {run.vllm_version}: {item.status}.",
+        "",
+        "## Environment",
+        "",
+        f"- vLLM {run.vllm_version}, installed from {installed}"
+        + (f" (dependency overrides: {meta['vllm_overrides']})" if meta.get("vllm_overrides") else ""),
+        f"- torch {run.torch_version}",
+        f"- platform: {run.platform}; device: {run.device}",
+        f"- dflash-matrix lane: {run.lane}",
+        "",
+        "## Configuration (one affected cell)",
+        "",
+        f"Cell `{shown.id}`:",
+        "",
+        "```python",
+        "LLM(**" + json.dumps(user_configuration(shown.axes, meta.get("target_backend")), indent=4) + ")",
+        "```",
+        "",
+        "## Expected vs actual",
+        "",
+        f"- expected (without the bug): **{correct.verdict.value if correct else '?'}**"
+        + (f": {correct.reason}" if correct and correct.reason else ""),
+        f"- actual: **{shown.verdict.value}**: {md(shown.message, None)}",
+        "",
+        f"## Affected cells ({len(cells)})",
+        "",
+        *_cells_table(cells),
+        "",
+        "## Releases",
+        "",
+        f"- holds for vLLM {finding.vllm}; first bad release: {finding.first_release}"
+        + (f"; last good: {finding.last_good}" if finding.last_good else "; no earlier release measured good")
+        + (f"; fixed in {finding.fixed_in}" if finding.fixed_in else ""),
+        f"- measured: {finding.measured}",
+        "",
+        "## Repro",
+        "",
+    ]
+    if repro.script is None:
+        lines.append(f"No script: {md(repro.result, None)}")
+    else:
+        lines += [
+            f"`python {repro.script}` (vLLM, torch and the standard library only; cell `{repro.cell}`) asserts vLLM's "
+            "correct behaviour: it exits 1 where the bug is, 0 where it is fixed.",
+            "",
+            f"Result: {md(repro.result, None)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def findings_index(report: Report, repros: Mapping[str, ReproRun]) -> str:
+    lines = ["# Findings", "", "| finding | kind | upstream | since | run | cells | status | repro |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    for item in report.findings:
+        finding = item.finding
+        title = f"[{md(finding.title)}]({page_name(item)})" if item.anchor in repros else md(finding.title)
+        repro = repros.get(item.anchor)
+        ran = "-" if repro is None else (f"exit {repro.exit_status}" if repro.exit_status is not None else "not run")
+        lines.append(
+            f"| {title} | {finding.kind.value} | {md(finding.upstream_status)} | {md(finding.since())} "
+            f"| {md(item.run.label)} | {len(item.cells)} | {md(item.status)} | {ran} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,78 @@
+"""`dflash-matrix findings`: a page per upstream bug with its repro script, and an index; without the
+report's vLLM the scripts are written, not run, the pages say why, and the command exits 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.bundled import matrix_path
+from harness.cli import main
+from harness.expectations import expectations_for
+from harness.matrix import expand, load_matrix
+from harness.observation import Failure, Observation
+from harness.reports.finding_pages import user_configuration
+from harness.result import decide
+from harness.verdict import Stage
+
+pytestmark = pytest.mark.pure
+
+PER_KIND = "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-v2-cubin"
+NO_DRIVER = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"
+RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
+
+
+def _report(folder: Path) -> Path:
+    matrix = load_matrix(matrix_path("selection"))
+    expectations = expectations_for(matrix, "0.33.0")
+    cells = {cell.id: cell for cell in expand(matrix)}
+    seen = {
+        PER_KIND: Observation(
+            "TRITON_ATTN_DIFFKV", platform_choice="TRITON_ATTN_DIFFKV", observed_backends=("TRITON_ATTN",)
+        ),
+        NO_DRIVER: Observation(
+            "ROCM_AITER_FA", failure=Failure(Stage.SELECT, "RuntimeError", "Found no NVIDIA driver on your system")
+        ),
+    }
+    records = [
+        {**decide(cells[ident], observation, expectations.for_cell(cells[ident])).to_json(), "run": "s"}
+        for ident, observation in seen.items()
+    ]
+    folder.mkdir()
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [RUN], "cells": records}))
+    return folder
+
+
+def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "pages"
+    assert main(["findings", str(_report(tmp_path / "report")), "--out", str(out)]) == 1
+    assert sorted(path.name for path in out.iterdir()) == [
+        "index.md",
+        "target-per-kind-backend-overrides-draft-repro.py",
+        "target-per-kind-backend-overrides-draft.md",
+    ]
+    page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
+    assert '"backend_per_kind": {\n            "full_attention": "TRITON_ATTN"' in page
+    assert "- expected (without the bug): **pass**" in page and "- actual: **wrong-backend**" in page
+    assert "first bad release: 0.26.0" in page and "Result: not run here" in page
+    index = (out / "index.md").read_text()
+    assert "(target-per-kind-backend-overrides-draft.md)" in index
+    assert "ROCm backends whose checks query torch.cuda" in index and "harness-limitation" in index
+    printed = capsys.readouterr().out
+    assert "not run here" in printed and "wrote 1 page(s), 1 repro script(s) and index.md" in printed
+
+
+def test_the_configuration_a_cell_stands_for() -> None:
+    axes = {
+        "backend": "auto",
+        "causal": False,
+        "sink": True,
+        "draft_kv_cache_dtype": "fp8",
+        "target_attention": "FLASHINFER",
+    }
+    arguments = user_configuration(axes)
+    assert "attention_backend" not in arguments["speculative_config"]
+    assert arguments["speculative_config"]["kv_cache_dtype"] == "fp8"
+    assert arguments["attention_backend"] == "FLASHINFER" and "attention_config" not in arguments
