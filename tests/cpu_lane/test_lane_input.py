@@ -32,7 +32,7 @@ def test_axis_the_cpu_lane_cannot_vary_is_one_line(tmp_path):
     assert error.value.line() == (
         f"{path}: axes.capability: the cpu lane cannot vary this axis "
         "(valid: backend, method, causal, sink, sliding_window, layers, head_size, dtype, kv_cache_dtype, "
-        "draft_kv_cache_dtype, loader, context)"
+        "draft_kv_cache_dtype, target_model, loader, context)"
     )
 
 
@@ -56,9 +56,10 @@ def test_bad_option_is_one_line(tmp_path, options, key):
 def test_shipped_matrix_is_whole():
     matrix = load_matrix(MATRIX)
     cells = expand(matrix)
-    # backend 4 x causal 2 x sink 2 x window 3 x dtype 3 x loader 2, then 25 cells covering the
-    # family's axes pairwise
-    assert len(cells) == 288 + 25
+    # backend 4 x causal 2 x sink 2 x window 3 x dtype 3 x loader 2 on the qwen3 target, the
+    # mistral_swa target on backend 4 x causal 2 x sink 2 x loader 2 (full bf16 drafts), then 25
+    # cells covering the family's axes pairwise
+    assert len(cells) == 288 + 32 + 25
     assert {cell.tolerance for cell in cells} == {matrix.tolerance_for(d) for d in ("bfloat16", "float16", "float32")}
     assert None not in {cell.tolerance for cell in cells}
     expectations = expectations_for(matrix)
