@@ -29,6 +29,7 @@ step begins, and tox runs and reports the rest.
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import functools
 import hashlib
@@ -45,6 +46,7 @@ from tox.plugin import impl
 from tox.tox_env.errors import Fail
 
 GPU_ENV = "gpu"
+_VLLM_INSTALLER = "harness/releases/install.py"
 _ROOT = Path(__file__).parent
 # tox commands that set an env up (legacy is `tox -e NAME` without a subcommand).
 _SETTING_UP = frozenset({"run", "r", "run-parallel", "p", "exec", "e", "devenv", "d", "legacy", "le"})
@@ -95,7 +97,7 @@ def vllm_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
 def _place_vllm_env(env_conf: Any, core: Any) -> None:
     if "install_command" not in env_conf:  # the packaging env (.pkg)
         return
-    if not any("vllm_install.py" in str(arg) for arg in env_conf["install_command"].args):
+    if not any(str(arg).endswith(_VLLM_INSTALLER) for arg in env_conf["install_command"].args):
         return
     suffix = vllm_env_suffix(os.environ, _default_release())
     if suffix:
@@ -112,13 +114,24 @@ def _only_env_selected(options: Any, name: str) -> bool:
 
 
 def _matrix_argument(conf: Any) -> str | None:
-    """The matrix file the env's commands run (pytest keeps the last ``--matrix``)."""
+    """The matrix file the env's commands run: ``dflash-matrix run``'s, or pytest's ``--matrix``
+    (the last one given wins, as in pytest). Needs the harness core importable."""
+    from harness.bundled import matrix_path
+    from harness.commands import run
+
     found = None
     # tox_on_install also runs for the packaging env (.pkg), which has no commands.
     if "commands" not in conf:
         return None
     for command in conf["commands"]:
         args = [str(arg) for arg in command.args]
+        if len(args) > 1 and Path(args[0]).name == "dflash-matrix" and args[1] == "run":
+            parser = argparse.ArgumentParser(prog="dflash-matrix run", exit_on_error=False)
+            run.add_arguments(parser)
+            try:
+                found = str(matrix_path(parser.parse_args(args[2:]).matrix))
+            except (argparse.ArgumentError, SystemExit):
+                return None  # `run` itself says what is wrong with its arguments
         for index, arg in enumerate(args):
             if arg == "--matrix" and index + 1 < len(args):
                 found = args[index + 1]
@@ -128,16 +141,17 @@ def _matrix_argument(conf: Any) -> str | None:
 
 
 def _check_matrix(conf: Any, core: Any) -> None:
-    matrix = _matrix_argument(conf)
-    if matrix is None:
-        return
     root = str(core["tox_root"])
     sys.path.insert(0, root)  # the harness core is stdlib-only: tox's interpreter can load a matrix
     try:
         from harness.errors import EXIT_BAD_INPUT, InputError
         from harness.matrix import load_matrix
+
+        matrix = _matrix_argument(conf)
     finally:
         sys.path.remove(root)
+    if matrix is None:
+        return
     try:
         load_matrix(Path(conf["change_dir"]) / matrix)
     except InputError as error:
@@ -147,7 +161,7 @@ def _check_matrix(conf: Any, core: Any) -> None:
 def _check_device(name: str) -> None:
     if name != GPU_ENV:
         return
-    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "gpu_devices.py")
+    devices = _load("dflash_matrix_gpu_devices", _ROOT / "harness" / "cuda" / "devices.py")
     try:
         devices.query_environment()
     except devices.NoDevice as refusal:

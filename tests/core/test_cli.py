@@ -167,7 +167,7 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    lanes = "cpu, selection, gpu, gpu_emulated, fake"
+    lanes = "cpu, selection, gpu, gpu_emulated, fake, fake_gpu"
     assert done.stderr == f"dflash-matrix: {bad}: matrix.lane: 'tpu' is not a lane (valid: {lanes})\n"
 
 

@@ -1,0 +1,188 @@
+"""One entry path for the gpu lanes: `dflash-matrix run` loads the plugins a lane's contract names.
+
+tox.ini's gpu env runs `dflash-matrix run` and gpu-matrix.yml runs `tox -e gpu` (both checked
+below). Here `dflash-matrix run` (harness.cli, a subprocess) and the way tox ran the gpu lane
+before (`pytest -p harness.plugins.gpu --matrix ...`) run one fake_gpu matrix (the fake lane,
+whose contract names the gpu plugin as the gpu lane's does) against a fake NVIDIA driver: the same
+refusals, the same cells with the same verdicts, and the same GPU for each worker. A plugin that
+forgets to pin a worker or to deselect another generation's cells fails these checks.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
+
+from harness.cuda.devices import REFUSAL
+
+REPO = Path(__file__).resolve().parents[2]
+H100 = "NVIDIA H100 80GB HBM3:9.0"
+A100 = "NVIDIA A100-SXM4-80GB:8.0"
+CAPABILITIES = ["8.0", "9.0", "10.0"]
+# Verdicts of every kind the runner tells apart, on this generation's cells and another's.
+ACTIONS = {
+    "sm90-A_ATTN-causal-sink": "mismatch",
+    "sm90-B_ATTN-noncausal-nosink": "unavailable",
+    "sm90-B_ATTN-causal-sink": "abort",
+    "sm100-A_ATTN-causal-nosink": "segfault",
+}
+SM90_CELLS = sorted(
+    f"sm90-{backend}-{causal}-{sink}"
+    for backend in ("A_ATTN", "B_ATTN")
+    for causal in ("causal", "noncausal")
+    for sink in ("sink", "nosink")
+)
+
+Path_ = Callable[[Path, Path, dict[str, str], tuple[str, ...]], subprocess.CompletedProcess[str]]
+
+
+def _env(driver_dir: Path, devices: str, visible: str | None = None, **extra: str) -> dict[str, str]:
+    env = inner_env()
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env["LD_LIBRARY_PATH"] = str(driver_dir)
+    env["FAKE_CUDA_DEVICES"] = devices
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO), env.get("PYTHONPATH", "")])
+    return {**env, **extra}
+
+
+def _by_run(
+    matrix: Path, report_dir: Path, env: dict[str, str], extra: tuple[str, ...]
+) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "harness.cli", "run", "--report-dir", str(report_dir), str(matrix), *extra]
+    return subprocess.run(argv, cwd=matrix.parent, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+def _by_pytest_p(
+    matrix: Path, report_dir: Path, env: dict[str, str], extra: tuple[str, ...]
+) -> subprocess.CompletedProcess[str]:
+    argv = matrix_pytest_argv(matrix, report_dir, "-p", "harness.plugins.gpu", *extra)
+    return subprocess.run(argv, cwd=matrix.parent, env=env, capture_output=True, text=True, timeout=180, check=False)
+
+
+PATHS: dict[str, Path_] = {"dflash-matrix run": _by_run, "pytest -p harness.plugins.gpu": _by_pytest_p}
+
+
+def _exit_line(done: subprocess.CompletedProcess[str]) -> str:
+    (line,) = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("Exit: ")]
+    return line
+
+
+@pytest.mark.parametrize(
+    ("devices", "visible", "listed", "status", "line"),
+    [
+        ("", None, ["9.0"], 1, f"Exit: {REFUSAL}: the NVIDIA driver reports none (CUDA_VISIBLE_DEVICES is unset)"),
+        (H100, "", ["9.0"], 1, f"Exit: {REFUSAL}: the NVIDIA driver reports none (CUDA_VISIBLE_DEVICES='')"),
+        (f"{H100};{A100}", None, ["9.0"], 1, "Exit: CUDA devices of several GPU generations visible: 2 CUDA device"),
+        (H100, None, ["8.0", "10.0"], 2, "Exit: {matrix}: axes.capability: the visible GPUs (NVIDIA H100 80GB HBM3)"),
+    ],
+    ids=["no-device", "devices-hidden", "mixed-generations", "generation-not-listed"],
+)
+def test_both_paths_refuse_in_the_same_line_before_any_cell(
+    tmp_path: Path, fake_driver_dir: Path, devices: str, visible: str | None, listed: list[str], status: int, line: str
+) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=listed, lane="fake_gpu")
+    env = _env(fake_driver_dir, devices, visible)
+    outcomes = {}
+    for name, path in PATHS.items():
+        done = path(matrix, tmp_path / name, env, ())
+        assert done.returncode == status, done.stdout + done.stderr
+        assert _exit_line(done).startswith(line.format(matrix=matrix))
+        assert not (tmp_path / name / "journal").exists()
+        outcomes[name] = _exit_line(done)
+    assert len(set(outcomes.values())) == 1, outcomes
+
+
+def _gpu_runner(
+    path: Path_, tmp_path: Path, driver_dir: Path, *extra: str, **env: str
+) -> tuple[int, list[tuple[str, str, str]], set[str], str]:
+    """Three workers on a runner whose visible GPUs are "2,0" of three H100s; the matrix lists
+    SM80, SM90 and SM100. Returns (exit status, (cell, verdict, expected), worker pins, stdout)."""
+    tmp_path.mkdir(exist_ok=True)
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN", "B_ATTN"], ACTIONS, capabilities=CAPABILITIES, lane="fake_gpu")
+    pins = tmp_path / "pins"
+    pins.mkdir()
+    environ = _env(driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins), **env)
+    plant = ("--plant", "gpu_lane.plants:record_visible_devices")
+    done = path(matrix, tmp_path / "reports", environ, ("-n", "3", *plant, *extra))
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    cells = json.loads((tmp_path / "reports" / "matrix.json").read_text())["cells"]
+    verdicts = sorted((cell["id"], cell["verdict"], cell["expected"]) for cell in cells)
+    return done.returncode, verdicts, {pin.read_text() for pin in pins.iterdir()}, done.stdout
+
+
+def _check_runner(verdicts: list[tuple[str, str, str]], pins: set[str], stdout: str) -> None:
+    """What a GPU runner's run must show: this generation's cells only, one GPU per worker."""
+    ran = [ident for ident, _, _ in verdicts]
+    assert ran == SM90_CELLS, f"cells of other generations ran here: {sorted(set(ran) - set(SM90_CELLS))}"
+    # Two devices visible ("2,0"), three workers: gw2 shares the first one. Each cell process
+    # inherits its worker's pin.
+    assert pins == {"gw0=2", "gw1=0", "gw2=2"}, f"workers not pinned to one GPU each: {sorted(pins)}"
+    assert "(compute capability 9.0): 8 cells for this generation, 16 cells of other generations" in stdout
+    assert "dflash-matrix gpu: CUDA_VISIBLE_DEVICES per worker: gw0=2, gw1=0, gw2=2" in stdout
+
+
+def test_both_paths_run_the_same_cells_with_the_same_verdicts_on_the_same_gpus(
+    tmp_path: Path, fake_driver_dir: Path
+) -> None:
+    outcomes = {}
+    for name, path in PATHS.items():
+        status, verdicts, pins, stdout = _gpu_runner(path, tmp_path / name.replace(" ", "_"), fake_driver_dir)
+        _check_runner(verdicts, pins, stdout)
+        outcomes[name] = (status, verdicts, pins)
+    by_run, by_pytest = outcomes.values()
+    assert by_run == by_pytest
+    status, verdicts, _ = by_run
+    assert status == 1  # the planted faults are regressions: expected pass everywhere
+    assert {verdict for _, verdict, _ in verdicts} == {"pass", "mismatch", "unavailable", "crash"}
+
+
+@pytest.mark.parametrize(
+    ("forget", "caught"), [("pin", "workers not pinned"), ("deselect", "cells of other generations ran here")]
+)
+def test_a_forgetful_gpu_plugin_fails_the_runner_checks(
+    tmp_path: Path, fake_driver_dir: Path, forget: str, caught: str
+) -> None:
+    _, verdicts, pins, stdout = _gpu_runner(
+        _by_run, tmp_path, fake_driver_dir, "-p", "gpu_lane.forgetful_gpu_plugin", DFLASH_TEST_FORGET=forget
+    )
+    with pytest.raises(AssertionError, match=caught):
+        _check_runner(verdicts, pins, stdout)
+
+
+def test_tox_and_the_workflow_run_the_gpu_lane_through_dflash_matrix_run() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(REPO / "tox.ini")
+    (command,) = tox["testenv:gpu"]["commands"].strip().splitlines()
+    assert command.split()[:2] == ["dflash-matrix", "run"] and "matrices/gpu.toml" in command.split()
+    assert "-p" not in command.split(), "the gpu contract names the plugin; tox must not name it again"
+    workflow = (REPO / ".github" / "workflows" / "gpu-matrix.yml").read_text()
+    assert 'python toxw.py -e gpu -- -n "$gpus"' in workflow
+
+
+def test_a_gpu_matrix_without_its_plugin_is_refused(tmp_path: Path) -> None:
+    matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"], lane="fake_gpu")
+    done = subprocess.run(
+        matrix_pytest_argv(matrix, tmp_path / "reports"),
+        cwd=tmp_path,
+        env=inner_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert _exit_line(done) == (
+        f"Exit: dflash-matrix: {matrix}: matrix.lane: the fake_gpu lane runs under the pytest plugin "
+        f"harness.plugins.gpu: run it with `dflash-matrix run {matrix}`, which loads it "
+        "(or pass -p harness.plugins.gpu)"
+    )
