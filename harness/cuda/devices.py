@@ -27,6 +27,9 @@ DRIVER_LIBRARY = "libcuda.so.1"
 NVML_LIBRARY = "libnvidia-ml.so.1"
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 REFUSAL = "no CUDA device visible"
+# The one GPU generation an emulated runner serves (``emulated_inventory``), for the gpu_emulated
+# lane's cell processes: set by harness.plugins.gpu for that lane only, read by its host alone.
+EMULATED_GENERATION = "DFLASH_EMULATED_GENERATION"
 EXIT_NO_DEVICE = 1
 
 _CUDA_SUCCESS = 0

@@ -34,6 +34,7 @@ from harness.bundled import matrix_path
 from harness.contracts.lanes import GPU_EMULATED
 from harness.cuda import flashinfer_jit
 from harness.cuda.devices import (
+    EMULATED_GENERATION,
     EXIT_NO_DEVICE,
     VISIBLE_DEVICES,
     DeviceRefusal,
@@ -140,6 +141,10 @@ def pytest_configure(config: pytest.Config) -> None:
         pytest.exit(error.line(), returncode=EXIT_BAD_INPUT)
     if matrix is not None:
         _check_matrix_lists(config, matrix, inventory, capability)
+    if config.getoption("emulated_gpus", None) is not None:
+        # The workers and the cell processes inherit it: the emulated host reports this
+        # generation as its run's device, so each generation's shard is a run of its own.
+        os.environ[EMULATED_GENERATION] = capability
     config.stash[_INVENTORY] = inventory
     config.stash[_CAPABILITY] = capability
     config.stash[_PINNED] = {}

@@ -186,3 +186,73 @@ def test_a_gpu_matrix_without_its_plugin_is_refused(tmp_path: Path) -> None:
         f"harness.plugins.gpu: run it with `dflash-matrix run {matrix}`, which loads it "
         "(or pass -p harness.plugins.gpu)"
     )
+
+
+def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {**inner_env(), "PYTHONPATH": os.pathsep.join([str(REPO), inner_env().get("PYTHONPATH", "")]), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "harness.cli", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("lane", ["gpu", "fake_gpu"])
+def test_only_the_gpu_emulated_lane_believes_in_emulated_gpus(tmp_path: Path, fake_driver_dir: Path, lane: str) -> None:
+    """A real gpu run given --emulated-gpus is refused before it asks the driver anything: no
+    cell of a real GPU lane is ever judged on a device that is not there."""
+    fake = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"], lane="fake_gpu")
+    matrix = "gpu" if lane == "gpu" else str(fake)
+    done = _cli("run", matrix, "--emulated-gpus", "1x9.0", cwd=tmp_path, LD_LIBRARY_PATH=str(fake_driver_dir))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert _exit_line(done) == (
+        f"Exit: --emulated-gpus: only the gpu_emulated lane runs on emulated GPUs; "
+        f"the {lane} lane counts the devices the NVIDIA driver reports"
+    )
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [
+        ((), "the gpu_emulated lane runs one GPU generation per run, as a GPU runner does: say which, and how many"),
+        (("--emulated-gpus", "2xnine"), "'2xnine' is not NxCAPABILITY (N >= 1 GPUs of that compute capability)"),
+        (("--emulated-gpus", "0x9.0"), "'0x9.0' is not NxCAPABILITY (N >= 1 GPUs of that compute capability)"),
+    ],
+    ids=["missing", "not-a-spec", "no-gpus"],
+)
+def test_the_gpu_emulated_lane_needs_one_emulated_generation(
+    tmp_path: Path, given: tuple[str, ...], problem: str
+) -> None:
+    done = _cli("run", "gpu-emulated", *given, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert _exit_line(done).startswith(f"Exit: --emulated-gpus: {problem}")
+    assert _exit_line(done).endswith(" (valid: 1x9.0, 1x10.0)")
+
+
+@pytest.mark.parametrize(("runner", "token", "elsewhere"), [("2x9.0", "sm90", 28), ("2x10.0", "sm100", 80)])
+def test_gpu_emulated_runs_one_generation_per_run_with_its_workers_pinned(
+    tmp_path: Path, runner: str, token: str, elsewhere: int
+) -> None:
+    """The shipped gpu-emulated matrix as tox runs each shard, on its CUDA-binary cells (their
+    verdicts need vLLM: without it here they crash; in the gpu-emulated env they are unavailable)."""
+    report_dir = tmp_path / token
+    done = _cli(
+        "run", "-n", "2", "--report-dir", str(report_dir), "gpu-emulated", "--emulated-gpus", runner,
+        "-k", "FLASH_ATTN- or FLASHINFER-", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    cells = json.loads((report_dir / "matrix.json").read_text())["cells"]
+    assert sorted(cell["id"] for cell in cells) == [
+        f"{token}-FLASHINFER-causal-nosink-bf16-v2",
+        f"{token}-FLASH_ATTN-causal-nosink-bf16-v2",
+    ]
+    generation = runner.partition("x")[2]
+    assert f"(compute capability {generation}): {108 - elsewhere} cells for this generation, {elsewhere} cells" in (
+        done.stdout
+    )
+    assert "dflash-matrix gpu: CUDA_VISIBLE_DEVICES per worker: gw0=0, gw1=1" in done.stdout
