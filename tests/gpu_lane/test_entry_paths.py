@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
+from harness.bundled import matrix_path
 from harness.cuda.devices import REFUSAL
+from harness.matrix import expand, load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA H100 80GB HBM3:9.0"
@@ -144,6 +146,33 @@ def test_both_paths_run_the_same_cells_with_the_same_verdicts_on_the_same_gpus(
     status, verdicts, _ = by_run
     assert status == 1  # the planted faults are regressions: expected pass everywhere
     assert {verdict for _, verdict, _ in verdicts} == {"pass", "mismatch", "unavailable", "crash"}
+
+
+def test_dflash_matrix_run_gpu_is_the_shipped_gpu_matrix_under_the_gpu_plugin(
+    tmp_path: Path, fake_driver_dir: Path
+) -> None:
+    """`dflash-matrix run gpu` itself, against two fake H100s: the cells tox's former command
+    (`pytest -p harness.plugins.gpu --matrix matrices/gpu.toml`) selects, with the same verdicts
+    (without vLLM here each cell's process fails to start, the same on both paths) and the same
+    GPU per worker, as its summary says."""
+    shipped = matrix_path("gpu")
+    cells = expand(load_matrix(shipped))
+    here = sum(1 for cell in cells if cell.get("capability") == "9.0")
+    env = _env(fake_driver_dir, f"{H100};{H100}")
+    picked = ("-n", "2", "-k", "FLASH_ATTN-causal-nosink-bf16-v2 and not graph")
+    by_run = _cli("run", "--report-dir", str(tmp_path / "run"), "gpu", *picked, cwd=tmp_path, **env)
+    by_pytest = _by_pytest_p(shipped, tmp_path / "pytest", env, picked)
+    outcomes = []
+    for name, done in (("run", by_run), ("pytest", by_pytest)):
+        assert f"(compute capability 9.0): {here} cells for this generation, {len(cells) - here} cells" in done.stdout
+        assert "dflash-matrix gpu: CUDA_VISIBLE_DEVICES per worker: gw0=0, gw1=1" in done.stdout
+        report = json.loads((tmp_path / name / "matrix.json").read_text())["cells"]
+        outcomes.append((done.returncode, sorted((cell["id"], cell["verdict"], cell["expected"]) for cell in report)))
+    assert outcomes[0] == outcomes[1]
+    assert [ident for ident, _, _ in outcomes[0][1]] == [
+        "sm90-FLASH_ATTN-causal-nosink-bf16-v2",
+        "sm90-TRITON_FLASH_ATTN-causal-nosink-bf16-v2",
+    ]
 
 
 @pytest.mark.parametrize(
