@@ -161,7 +161,12 @@ def test_dflash_matrix_run_gpu_is_the_shipped_gpu_matrix_under_the_gpu_plugin(
     env = _env(fake_driver_dir, f"{H100};{H100}")
     picked = ("-n", "2", "-k", "FLASH_ATTN-causal-nosink-bf16-v2 and not graph")
     by_run = _cli("run", "--report-dir", str(tmp_path / "run"), "gpu", *picked, cwd=tmp_path, **env)
-    by_pytest = _by_pytest_p(shipped, tmp_path / "pytest", env, picked)
+    # Not matrix_pytest_argv: it writes its ini file beside the matrix, here the repository's matrices/.
+    (tmp_path / "inner-pytest.ini").write_text("[pytest]\n")
+    argv = [sys.executable, "-m", "pytest", "-c", str(tmp_path / "inner-pytest.ini"), "--rootdir", str(tmp_path)]
+    argv += ["-p", "no:cacheprovider", "-p", "harness.plugins.gpu", str(shipped), "--matrix", str(shipped)]
+    argv += ["--report-dir", str(tmp_path / "pytest"), *picked]
+    by_pytest = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180, check=False)
     outcomes = []
     for name, done in (("run", by_run), ("pytest", by_pytest)):
         assert f"(compute capability 9.0): {here} cells for this generation, {len(cells) - here} cells" in done.stdout
