@@ -33,6 +33,7 @@ step begins, and tox runs and reports the rest.
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import functools
 import hashlib
@@ -144,13 +145,24 @@ def _only_env_selected(options: Any, name: str) -> bool:
 
 
 def _matrix_argument(conf: Any) -> str | None:
-    """The matrix file the env's commands run (pytest keeps the last ``--matrix``)."""
+    """The matrix file the env's commands run: ``dflash-matrix run``'s, or pytest's ``--matrix``
+    (the last one given wins, as in pytest). Needs the harness core importable."""
+    from harness.bundled import matrix_path
+    from harness.commands import run
+
     found = None
     # tox_on_install also runs for the packaging env (.pkg), which has no commands.
     if "commands" not in conf:
         return None
     for command in conf["commands"]:
         args = [str(arg) for arg in command.args]
+        if len(args) > 1 and Path(args[0]).name == "dflash-matrix" and args[1] == "run":
+            parser = argparse.ArgumentParser(prog="dflash-matrix run", exit_on_error=False)
+            run.add_arguments(parser)
+            try:
+                found = str(matrix_path(parser.parse_args(args[2:]).matrix))
+            except (argparse.ArgumentError, SystemExit):
+                return None  # `run` itself says what is wrong with its arguments
         for index, arg in enumerate(args):
             if arg == "--matrix" and index + 1 < len(args):
                 found = args[index + 1]
@@ -160,16 +172,17 @@ def _matrix_argument(conf: Any) -> str | None:
 
 
 def _check_matrix(conf: Any, core: Any) -> None:
-    matrix = _matrix_argument(conf)
-    if matrix is None:
-        return
     root = str(core["tox_root"])
     sys.path.insert(0, root)  # the harness core is stdlib-only: tox's interpreter can load a matrix
     try:
         from harness.errors import EXIT_BAD_INPUT, InputError
         from harness.matrix import load_matrix
+
+        matrix = _matrix_argument(conf)
     finally:
         sys.path.remove(root)
+    if matrix is None:
+        return
     try:
         load_matrix(Path(conf["change_dir"]) / matrix)
     except InputError as error:

@@ -141,6 +141,20 @@ TEST_PLANT_LOG = Variable(
     ("tests/cpu_lane/plants.py",),
     Audience.INTERNAL,
 )
+EMULATED_GENERATION = Variable(
+    "DFLASH_EMULATED_GENERATION",
+    "unset",
+    "set by harness.plugins.gpu for a gpu-emulated shard: the one GPU generation its cell processes simulate",
+    ("harness/cuda/devices.py",),
+    Audience.INTERNAL,
+)
+TEST_FORGET = Variable(
+    "DFLASH_TEST_FORGET",
+    "unset",
+    "set by tests/gpu_lane: which duty the planted forgetful gpu plugin skips (pinning a worker, deselecting)",
+    ("tests/gpu_lane/forgetful_gpu_plugin.py", "tests/gpu_lane/test_entry_paths.py"),
+    Audience.INTERNAL,
+)
 
 VARIABLES: tuple[Variable, ...] = (
     VLLM,
@@ -159,4 +173,6 @@ VARIABLES: tuple[Variable, ...] = (
     BENCH_CRASH,
     TEST_PIN_DIR,
     TEST_PLANT_LOG,
+    EMULATED_GENERATION,
+    TEST_FORGET,
 )

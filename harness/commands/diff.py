@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fail-on-missing", action="store_true", help="exit 1 also when a baseline cell is missing from CURRENT"
     )
     parser.add_argument(
+        "--missing-baseline-ok",
+        action="store_true",
+        help="a BASELINE that does not exist is no comparison (say so, exit 0), as before a first baseline",
+    )
+    parser.add_argument(
         "--exact",
         action="store_true",
         help="compare every cell field except durations and timestamps; exit 1 on any difference",
@@ -45,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.missing_baseline_ok and not Path(args.baseline).exists():
+        print(f"No baseline at {args.baseline}: nothing to diff against.")
+        return 0
     baseline, current = load_report(args.baseline), load_report(args.current)
     if args.exact:
         comparison = compare_exact(baseline, current, baseline_name=str(args.baseline), current_name=str(args.current))

@@ -2,10 +2,12 @@
 
     dflash-matrix run selection [--report-dir DIR] [-n 2] [--resume] [-- PYTEST ARGS]
 
-LANE_OR_MATRIX is a shipped matrix (cpu, selection, gpu) or a matrix file. The run is a
-pytest session of the dflash-matrix plugin over that matrix alone (no project tests, no
-pytest configuration of the current folder), judged against the expectations of the vLLM
-installed here. The selection lane's stub libcuda.so.1 is built first where needed (gcc).
+LANE_OR_MATRIX is a shipped matrix (cpu, selection, gpu, ...) or a matrix file. The run is a
+pytest session of the dflash-matrix plugin, and of the plugins the lane's contract names (the
+gpu lanes': harness.plugins.gpu), over that matrix alone (no project tests, no pytest
+configuration of the current folder), judged against the expectations of the vLLM installed
+here. tox's gpu and gpu-emulated envs run this command. The selection lane's stub libcuda.so.1
+is built first where needed (gcc).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from harness.bundled import matrix_path, shipped_matrices
 from harness.errors import InputError
-from harness.matrix import load_matrix
+from harness.matrix import Matrix, load_matrix
 
 PLUGIN = "harness.plugins.matrix"
 
@@ -32,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest (-k, -x, ...)")
 
 
-def pytest_arguments(args: argparse.Namespace, matrix: Path, report_dir: Path) -> list[str]:
+def pytest_arguments(args: argparse.Namespace, matrix: Matrix, report_dir: Path) -> list[str]:
     arguments = [
         # No ini file and no cache: the current folder may be a vLLM checkout with its own pytest setup.
         "-c",
@@ -42,12 +44,14 @@ def pytest_arguments(args: argparse.Namespace, matrix: Path, report_dir: Path) -
         "-p",
         "no:cacheprovider",
         "--matrix",
-        str(matrix),
+        str(matrix.path),
         "--report-dir",
         str(report_dir),
         # The matrix as the only path to collect: without one pytest would collect the current folder.
-        str(matrix),
+        str(matrix.path),
     ]
+    for plugin in reversed(matrix.contract.plugins):
+        arguments[:0] = ["-p", plugin]
     registered = {entry.value for entry in importlib.metadata.entry_points(group="pytest11")}
     if PLUGIN not in registered:  # a source checkout on PYTHONPATH: no entry point to load it
         arguments[:0] = ["-p", PLUGIN]
@@ -81,6 +85,6 @@ def run(args: argparse.Namespace) -> int:
     report_dir = Path(args.report_dir or Path("reports") / matrix.name)
     import pytest
 
-    status = int(pytest.main(pytest_arguments(args, path, report_dir)))
+    status = int(pytest.main(pytest_arguments(args, matrix, report_dir)))
     sys.stdout.flush()
     return status

@@ -7,7 +7,7 @@ own module (which does, lazily) reads its options and defaults from here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.axes import AxisValue, capability_token
 from harness.contracts.model import (
@@ -24,6 +24,11 @@ from harness.contracts.model import (
     text,
     token_counts,
 )
+
+# Refuses a run without a CUDA device or with several GPU generations, pins each pytest-xdist
+# worker to one GPU and deselects the cells of other generations: without it, a GPU runner ran
+# every generation's cells (most of them `unavailable` against their expectations) on GPU 0.
+GPU_PLUGIN = "harness.plugins.gpu"
 
 _CONTEXT_LENS_HELP = "context tokens already in the paged KV cache, one request each"
 _SEED_HELP = "added to each cell's id-derived seed, to draw other inputs"
@@ -118,6 +123,7 @@ GPU = Contract(
             "platform, NVML and the worker's CUDA_VISIBLE_DEVICES are all met in the cell process"
         ),
     ),
+    plugins=(GPU_PLUGIN,),
 )
 
 
@@ -167,6 +173,9 @@ GPU_EMULATED = Contract(
             "variable the simulation sets and ask for no device"
         ),
     ),
+    # Run as the GPU matrix runs: one generation per run, on an emulated runner's GPUs
+    # (harness.plugins.gpu's --emulated-gpus), its workers pinned, the other generation deselected.
+    plugins=(GPU_PLUGIN,),
 )
 
 
@@ -281,5 +290,12 @@ FAKE = Contract(
     preload=Preload(("harness.lanes.fake",), why="the fake lane imports only the harness core"),
 )
 
-CONTRACTS: Mapping[str, Contract] = {contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE)}
+# The fake lane as a GPU runner runs it, under the gpu plugin and against whatever driver the
+# loader finds (tests put a fake one first): the entry paths' device refusal, worker pinning and
+# deselection, tested without vLLM.
+FAKE_GPU = replace(FAKE, name="fake_gpu", required=("capability",), plugins=(GPU_PLUGIN,))
+
+CONTRACTS: Mapping[str, Contract] = {
+    contract.name: contract for contract in (CPU, SELECTION, GPU, GPU_EMULATED, FAKE, FAKE_GPU)
+}
 LANES: tuple[str, ...] = tuple(CONTRACTS)

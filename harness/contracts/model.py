@@ -153,6 +153,9 @@ class Contract:
     key:      which cell process a cell needs (``process_key``); cells with another key get
               another process. The default: one process serves every cell.
     preload:  what the warm parent that forks the lane's cell processes imports first.
+    plugins:  pytest plugins a run of the lane needs besides the matrix plugin (``-p`` each):
+              ``dflash-matrix run`` loads them, and the matrix plugin refuses a run without
+              them, so every entry path (tox, the workflows, a user's ``run``) runs the same.
     """
 
     name: str
@@ -164,6 +167,7 @@ class Contract:
     options: type = NoOptions
     key: Callable[[Mapping[str, AxisValue]], str] | None = None
     preload: Preload = Preload()
+    plugins: tuple[str, ...] = ()
 
     @property
     def option_names(self) -> tuple[str, ...]:

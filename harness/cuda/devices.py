@@ -27,6 +27,9 @@ DRIVER_LIBRARY = "libcuda.so.1"
 NVML_LIBRARY = "libnvidia-ml.so.1"
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 REFUSAL = "no CUDA device visible"
+# The one GPU generation an emulated runner serves (``emulated_inventory``), for the gpu_emulated
+# lane's cell processes: set by harness.plugins.gpu for that lane only, read by its host alone.
+EMULATED_GENERATION = "DFLASH_EMULATED_GENERATION"
 EXIT_NO_DEVICE = 1
 
 _CUDA_SUCCESS = 0
@@ -34,6 +37,7 @@ _CUDA_ERROR_NO_DEVICE = 100
 _ATTRIBUTE_CAPABILITY_MAJOR = 75
 _ATTRIBUTE_CAPABILITY_MINOR = 76
 _WORKER_ID = re.compile(r"^gw(\d+)$")
+_EMULATED = re.compile(r"^(\d+)x(\d+\.\d+)$")
 
 
 class DeviceRefusal(Exception):
@@ -182,6 +186,22 @@ def driver_release(library: str = NVML_LIBRARY) -> str:
         return release.value.decode(errors="replace")
     finally:
         nvml.nvmlShutdown()
+
+
+def emulated_inventory(spec: str) -> Inventory:
+    """An emulated runner's GPUs from ``NxCAPABILITY`` ("2x9.0": two GPUs of compute capability
+    9.0), in place of the driver's answer: the gpu-emulated lane runs one generation per run on
+    such a runner, so the worker pinning and deselection of a GPU runner run there too."""
+    match = _EMULATED.match(spec)
+    if match is None or int(match.group(1)) < 1:
+        raise ValueError(f"{spec!r} is not NxCAPABILITY (N >= 1 GPUs of that compute capability)")
+    capability = match.group(2)
+    name = f"Simulated NVIDIA SM{capability.replace('.', '')}"
+    devices = tuple(
+        Device(ordinal=n, name=name, capability=capability, uuid=f"GPU-emulated-{n}", memory_bytes=0)
+        for n in range(int(match.group(1)))
+    )
+    return Inventory(driver_cuda="none (emulated)", devices=devices, visible=None)
 
 
 def device_selectors(inventory: Inventory) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ import platform
 import time
 from collections.abc import Mapping
 
-from harness.contracts.lanes import FAKE, FakeOptions
+from harness.contracts.lanes import FakeOptions
 from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, LayerAgreement, LoaderDifferential, Observation
@@ -32,9 +32,8 @@ from harness.stages import Stage
 
 
 class FakeLane:
-    name = FAKE.name
-
     def __init__(self, matrix: Matrix):
+        self.name = matrix.lane  # fake, or fake_gpu (the same lane under the gpu plugin)
         options: FakeOptions = matrix.lane_options
         self.actions = options.actions
         self.sleep_s = options.sleep_s

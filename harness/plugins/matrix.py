@@ -84,18 +84,30 @@ class MatrixPlugin:
         """`--dist loadgroup` keeps the cells of one process key on one xdist worker, so each key's
         cell process (a vLLM import, seconds) starts once. xdist groups by suffixing node ids in the
         workers, which pytest 9.2 no longer honours (pytest-dev/pytest-xdist#1386): the cells were
-        spread silently. The controller knows every cell's key from the matrix, so it groups them."""
+        spread silently. The controller knows every cell's key from the matrix, so it groups them.
+
+        Only when the cells collected need more than one key: a run left with one (a gpu_emulated
+        run of one generation, the others deselected by harness.plugins.gpu) would otherwise put
+        every cell on one worker and leave the others idle."""
         if config.getvalue("dist") != "loadgroup" or not lane_groups_cells(self.matrix):
             return None
         from xdist.scheduler import LoadGroupScheduling
 
         keys = {cell.id: self.matrix.process_key(cell) for cell in expand(self.matrix)}
 
+        def key_of(nodeid: str) -> str | None:
+            return keys.get(nodeid.rpartition("::")[2].partition("@")[0])
+
         class ProcessKeyScheduling(LoadGroupScheduling):
+            collected_keys: set[str] | None = None
+
             def _split_scope(self, nodeid: str) -> str:
-                cell_id = nodeid.rpartition("::")[2].partition("@")[0]
-                key = keys.get(cell_id)
-                return f"dflash-process-key:{key}" if key is not None else str(super()._split_scope(nodeid))
+                key = key_of(nodeid)
+                if key is None:
+                    return str(super()._split_scope(nodeid))
+                if self.collected_keys is None:  # the collection is complete when scopes are split
+                    self.collected_keys = {k for k in map(key_of, self.collection or ()) if k is not None}
+                return f"dflash-process-key:{key}" if len(self.collected_keys) > 1 else nodeid
 
         return ProcessKeyScheduling(config, log)
 
@@ -140,6 +152,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     try:
         matrix = load_matrix(matrix_path(path))
+        _require_lane_plugins(config, matrix)
         expectations = expectations_for(matrix, installed_vllm())
     except InputError as error:
         pytest.exit(f"dflash-matrix: {error.line()}", returncode=EXIT_BAD_INPUT)
@@ -156,6 +169,19 @@ def pytest_configure(config: pytest.Config) -> None:
             (report_dir / name).unlink(missing_ok=True)
     if str(matrix.path) not in config.args:
         config.args.append(str(matrix.path))
+
+
+def _require_lane_plugins(config: pytest.Config, matrix: Matrix) -> None:
+    """A gpu matrix run without the gpu plugin would run every generation's cells on GPU 0 and
+    report the others' as regressions: refuse it, naming the one entry path that loads it."""
+    missing = [plugin for plugin in matrix.contract.plugins if not config.pluginmanager.has_plugin(plugin)]
+    if missing:
+        raise InputError(
+            matrix.path,
+            "matrix.lane",
+            f"the {matrix.lane} lane runs under the pytest plugin {', '.join(missing)}: run it with "
+            f"`dflash-matrix run {matrix.path}`, which loads it (or pass {' '.join(f'-p {p}' for p in missing)})",
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

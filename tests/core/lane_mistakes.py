@@ -14,6 +14,7 @@ BASE_AXES = {
     "gpu_emulated": 'capability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [true]\nsink = [true]\n',
     "selection": 'capability = ["9.0"]\nbackend = ["auto"]\ncausal = [true]\nsink = [true]\n',
     "fake": 'backend = ["A_ATTN"]\ncausal = [true]\nsink = [true]\n',
+    "fake_gpu": 'capability = ["9.0"]\nbackend = ["A_ATTN"]\ncausal = [true]\nsink = [true]\n',
 }
 BAD_VALUES = {
     "cpu": ("seed = 1.5", "options.seed", "1.5 is not an integer >= 0"),
@@ -21,6 +22,7 @@ BAD_VALUES = {
     "gpu_emulated": ('sm_counts = { "9.0" = 0 }', "options.sm_counts", "is not a table of capability = number of SMs"),
     "selection": ("target_backend = 7", "options.target_backend", "7 is not a backend name"),
     "fake": ('actions = { "A_ATTN-causal-sink" = "explode" }', "options.actions", "'explode' is not allowed"),
+    "fake_gpu": ("sleep_s = -1", "options.sleep_s", "-1 is not a number of seconds"),
 }
 # An axis (or an axis value) the lane cannot run; the fake lane varies every axis.
 CANNOT_VARY = {

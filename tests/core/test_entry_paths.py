@@ -31,6 +31,7 @@ PYTEST_CASES = {
     ("gpu", "bad-option-value"),
     ("gpu_emulated", "unknown-axis"),
     ("fake", "bad-option-value"),
+    ("fake_gpu", "unknown-option"),
 }
 # The selection lane's through tox, the entry path its CI job takes (toxfile.py checks the matrix
 # as its first install step begins; the check is the same load_matrix for every lane env).
@@ -109,7 +110,7 @@ def test_console_script_exits_2_without_traceback(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stdout == ""
-    lanes = "cpu, selection, gpu, gpu_emulated, fake"
+    lanes = "cpu, selection, gpu, gpu_emulated, fake, fake_gpu"
     assert done.stderr == f"dflash-matrix: {bad}: matrix.lane: 'tpu' is not a lane (valid: {lanes})\n"
 
 

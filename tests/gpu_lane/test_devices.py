@@ -16,6 +16,7 @@ from harness.cuda.devices import (
     NoDevice,
     device_for_worker,
     device_selectors,
+    emulated_inventory,
     is_sticky_cuda_error,
     query,
     single_generation,
@@ -147,3 +148,16 @@ def test_sticky_cuda_errors_are_recognised(message: str) -> None:
 )
 def test_recoverable_errors_are_not_sticky(message: str) -> None:
     assert not is_sticky_cuda_error(message)
+
+
+def test_an_emulated_runner_has_the_gpus_it_is_told() -> None:
+    inventory = emulated_inventory("2x10.0")
+    assert [(d.ordinal, d.name, d.capability) for d in inventory.devices] == [
+        (0, "Simulated NVIDIA SM100", "10.0"),
+        (1, "Simulated NVIDIA SM100", "10.0"),
+    ]
+    assert device_selectors(inventory) == ("0", "1")
+    assert single_generation(inventory) == "10.0"
+    for spec in ("0x9.0", "2x9", "x9.0", "2 x 9.0", "two"):
+        with pytest.raises(ValueError, match="is not NxCAPABILITY"):
+            emulated_inventory(spec)

@@ -89,3 +89,31 @@ def test_another_vllm_gets_its_own_env_dir_and_the_default_keeps_its_own(tmp_pat
     overridden = _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="flashinfer-python==0.7.4")
     assert wheel.startswith(str(work / "selection-vllm-")) and wheel != overridden["selection"]
     assert overridden["selection"] != str(work / "selection-vllm-0.34.0")
+
+
+def test_the_matrix_a_dflash_matrix_run_command_runs_is_the_one_checked() -> None:
+    """tox's gpu and gpu-emulated envs run `dflash-matrix run`: toxfile.py checks the matrix it
+    names (or a --matrix given after it, which pytest would keep) before installing anything."""
+    pytest.importorskip("tox")
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("dflash_matrix_toxfile", REPO / "toxfile.py")
+    assert spec is not None and spec.loader is not None
+    toxfile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toxfile)
+    run = ["dflash-matrix", "run", "-n", "2", "--report-dir", "r/sm90", "matrices/gpu-emulated.toml", "--emulated-gpus"]
+    tests = SimpleNamespace(args=["pytest", "tests/gpu_emulated", "-n", "2"])
+    cases = [
+        ([tests, SimpleNamespace(args=[*run, "2x9.0"])], "matrices/gpu-emulated.toml"),
+        ([SimpleNamespace(args=[*run, "2x9.0", "--matrix", "other.toml"])], "other.toml"),
+        ([SimpleNamespace(args=["dflash-matrix", "run", "gpu", "-n", "4"])], str(REPO / "matrices" / "gpu.toml")),
+        ([tests], None),
+    ]
+    sys.path.insert(0, str(REPO))
+    try:
+        for commands, matrix in cases:
+            assert toxfile._matrix_argument({"commands": commands}) == matrix
+    finally:
+        sys.path.remove(str(REPO))

@@ -77,9 +77,11 @@ def write_fake_matrix(
     sleep_s: float = 0.0,
     expect: Sequence[tuple[str, str, str | None]] | None = None,
     capabilities: Sequence[str] = (),
+    lane: str = "fake",
 ) -> Path:
-    """A [capability x] backend x causal x sink matrix; ``expect`` = (cell id, verdict, message substring) rules."""
-    lines = ["[matrix]", f'name = "{name}"', 'lane = "fake"', f"timeout_s = {timeout_s!r}"]
+    """A [capability x] backend x causal x sink matrix; ``expect`` = (cell id, verdict, message substring) rules.
+    ``lane``: fake, or fake_gpu (the fake lane under the gpu plugin)."""
+    lines = ["[matrix]", f'name = "{name}"', f'lane = "{lane}"', f"timeout_s = {timeout_s!r}"]
     if expect is not None:
         lines.append(f'expectations = "{name}-expect.toml"')
         rules = ["[expectations]", 'default = "pass"']

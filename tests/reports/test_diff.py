@@ -146,3 +146,16 @@ def test_exact_lists_cells_on_one_side_only(tmp_path: Path, capsys: pytest.Captu
         (cell("C").id, "current"),
     }
     assert "1 cells in both, 1 identical, 0 differ; 2 on one side only" in capsys.readouterr().out
+
+
+def test_no_baseline_yet_is_said_and_not_a_failure_only_when_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tox -e gpu-emulated diffs against reports/gpu-emulated/baseline/ only where one was put, as
+    gpu-matrix.yml's report job diffs only once a baseline was published."""
+    new = write_shard(tmp_path / "new", [cell()])
+    missing = tmp_path / "baseline"
+    assert main(["diff", str(missing), str(new), "--missing-baseline-ok"]) == 0
+    assert capsys.readouterr().out == f"No baseline at {missing}: nothing to diff against.\n"
+    assert main(["diff", str(missing), str(new)]) == 2
+    assert "no such file or directory" in capsys.readouterr().err

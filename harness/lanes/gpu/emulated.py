@@ -7,7 +7,9 @@ builder, the fp8 query quantization of vLLM's attention layer, CUDA-graph cells 
 dummy metadata and replayed for real batches, the fp32 reference. Only the ``Host`` differs:
 
 - the platform is vLLM's ``CudaPlatform`` with the cell's compute capability simulated
-  (``harness.cuda.simulated``, as the selection lane does; one process per generation);
+  (``harness.cuda.simulated``, as the selection lane does; one process per generation); run as
+  a GPU runner (``tox -e gpu-emulated``: ``harness.plugins.gpu --emulated-gpus 2x9.0``), a run
+  serves one generation, named by ``DFLASH_EMULATED_GENERATION``, and reports it as its device;
 - the device is the CPU, and every host-side patch the kernels need is in one module,
   ``harness.cuda.interpreted_kernels`` (each with its reason and a test that it computes what a GPU
   computes); the SM count of each generation is an explicit option, ``sm_counts``;
@@ -19,10 +21,12 @@ dummy metadata and replayed for real batches, the fp32 reference. Only the ``Hos
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from harness.contracts.lanes import GPU_EMULATED, GpuEmulatedOptions
+from harness.cuda.devices import EMULATED_GENERATION
 from harness.lanes.gpu.lane import GpuLane
 from harness.matrix import Cell, Matrix
 
@@ -55,6 +59,9 @@ class EmulatedHost:
 
     def start(self, cell: Cell) -> None:
         capability = str(cell.get("capability"))
+        if capability not in self.capabilities:
+            # A cell the gpu plugin should have left to another generation's runner.
+            raise RuntimeError(f"cell {cell.id} needs SM {capability}; this emulated runner serves {self.capabilities}")
         if self.simulated is not None:
             if capability != self.simulated:
                 raise RuntimeError(f"cell {cell.id} needs SM {capability}, this process simulates {self.simulated}")
@@ -154,5 +161,9 @@ def create(matrix: Matrix) -> GpuLane:
     # modules are imported.
     interpreted_kernels.prepare()
     options: GpuEmulatedOptions = matrix.lane_options
-    capabilities = tuple(sorted({str(c) for c in dict(matrix.axes).get("capability", ())}, key=float))
+    # Run as a GPU runner runs (harness.plugins.gpu, --emulated-gpus): this run serves one
+    # generation. Run otherwise (run_matrix, the planted-fault tests): every generation listed.
+    generation = os.environ.get(EMULATED_GENERATION)
+    listed = {str(c) for c in dict(matrix.axes).get("capability", ())}
+    capabilities = (generation,) if generation else tuple(sorted(listed, key=float))
     return GpuLane(matrix, EmulatedHost(options, capabilities))
