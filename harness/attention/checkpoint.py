@@ -120,10 +120,9 @@ class DraftTruth:
         return None if self.sinks is None else self.sinks[layer]
 
 
-def _qwen3_config(shape: ModelShape, **extra: object) -> dict[str, object]:
-    config: dict[str, object] = {
-        "architectures": ["Qwen3ForCausalLM"],
-        "model_type": "qwen3",
+def _dimensions(shape: ModelShape) -> dict[str, object]:
+    """The config fields a target of ``shape`` has in every family (HF names)."""
+    return {
         "hidden_size": shape.hidden,
         "intermediate_size": shape.intermediate,
         "num_hidden_layers": shape.target_layers,
@@ -132,6 +131,14 @@ def _qwen3_config(shape: ModelShape, **extra: object) -> dict[str, object]:
         "head_dim": shape.head_dim,
         "vocab_size": shape.vocab,
         "max_position_embeddings": 2048,
+    }
+
+
+def _qwen3_config(shape: ModelShape, **extra: object) -> dict[str, object]:
+    config: dict[str, object] = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "model_type": "qwen3",
+        **_dimensions(shape),
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
         "hidden_act": "silu",
@@ -207,14 +214,7 @@ def _target_config(shape: ModelShape, family: str) -> dict[str, object]:
         # prefix-LM (image tokens attend bidirectionally).
         text = {
             "model_type": "gemma3_text",
-            "hidden_size": shape.hidden,
-            "intermediate_size": shape.intermediate,
-            "num_hidden_layers": shape.target_layers,
-            "num_attention_heads": shape.heads,
-            "num_key_value_heads": shape.kv_heads,
-            "head_dim": shape.head_dim,
-            "vocab_size": shape.vocab,
-            "max_position_embeddings": 2048,
+            **_dimensions(shape),
             "sliding_window": 512,
             "sliding_window_pattern": 2,
             "rope_theta": 1000000.0,

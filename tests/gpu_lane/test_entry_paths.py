@@ -25,6 +25,8 @@ from harness.bundled import matrix_path
 from harness.cuda.devices import REFUSAL
 from harness.matrix import expand, load_matrix
 
+from .fake_driver import fake_driver_env
+
 pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,17 +48,6 @@ SM90_CELLS = sorted(
 )
 
 Path_ = Callable[[Path, Path, dict[str, str], tuple[str, ...]], subprocess.CompletedProcess[str]]
-
-
-def _env(driver_dir: Path, devices: str, visible: str | None = None, **extra: str) -> dict[str, str]:
-    env = inner_env()
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["LD_LIBRARY_PATH"] = str(driver_dir)
-    env["FAKE_CUDA_DEVICES"] = devices
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO), env.get("PYTHONPATH", "")])
-    return {**env, **extra}
 
 
 def _by_run(
@@ -95,7 +86,7 @@ def test_both_paths_refuse_in_the_same_line_before_any_cell(
     tmp_path: Path, fake_driver_dir: Path, devices: str, visible: str | None, listed: list[str], status: int, line: str
 ) -> None:
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=listed, lane="fake_gpu")
-    env = _env(fake_driver_dir, devices, visible)
+    env = fake_driver_env(fake_driver_dir, devices, visible)
     outcomes = {}
     for name, path in PATHS.items():
         done = path(matrix, tmp_path / name, env, ())
@@ -115,7 +106,7 @@ def _gpu_runner(
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN", "B_ATTN"], ACTIONS, capabilities=CAPABILITIES, lane="fake_gpu")
     pins = tmp_path / "pins"
     pins.mkdir()
-    environ = _env(driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins), **env)
+    environ = fake_driver_env(driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins), **env)
     plant = ("--plant", "gpu_lane.plants:record_visible_devices")
     done = path(matrix, tmp_path / "reports", environ, ("-n", "3", *plant, *extra))
     assert done.returncode in (0, 1), done.stdout + done.stderr
@@ -160,7 +151,7 @@ def test_dflash_matrix_run_gpu_is_the_shipped_gpu_matrix_under_the_gpu_plugin(
     shipped = matrix_path("gpu")
     cells = expand(load_matrix(shipped))
     here = sum(1 for cell in cells if cell.get("capability") == "9.0")
-    env = _env(fake_driver_dir, f"{H100};{H100}")
+    env = fake_driver_env(fake_driver_dir, f"{H100};{H100}")
     picked = ("-n", "2", "-k", "FLASH_ATTN-causal-nosink-bf16-v2 and not graph")
     by_run = _cli("run", "--report-dir", str(tmp_path / "run"), "gpu", *picked, cwd=tmp_path, **env)
     # Not matrix_pytest_argv: it writes its ini file beside the matrix, here the repository's matrices/.
@@ -225,7 +216,11 @@ def test_a_gpu_matrix_without_its_plugin_is_refused(tmp_path: Path) -> None:
 
 
 def _cli(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {**inner_env(), "PYTHONPATH": os.pathsep.join([str(REPO), inner_env().get("PYTHONPATH", "")]), **env}
+    environ = {
+        **inner_env(),
+        "PYTHONPATH": os.pathsep.join([str(REPO), inner_env().get("PYTHONPATH", "")]),
+        **env,
+    }
     return subprocess.run(
         [sys.executable, "-m", "harness.cli", *args],
         cwd=cwd,

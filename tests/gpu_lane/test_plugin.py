@@ -5,31 +5,21 @@ the visible GPU generation only. The fake lane stands in for vLLM; no verdict he
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from reliability.planted import inner_env, matrix_pytest_argv, write_fake_matrix
+from reliability.planted import matrix_pytest_argv, write_fake_matrix
 
 from harness.cuda.devices import REFUSAL
+
+from .fake_driver import fake_driver_env
 
 pytestmark = pytest.mark.process
 
 H100 = "NVIDIA H100 80GB HBM3:9.0"
 A100 = "NVIDIA A100-SXM4-80GB:8.0"
-
-
-def _env(driver_dir: Path, devices: str, visible: str | None = None, **extra: str) -> dict[str, str]:
-    env = inner_env()
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["LD_LIBRARY_PATH"] = str(driver_dir)
-    env["FAKE_CUDA_DEVICES"] = devices
-    if visible is not None:
-        env["CUDA_VISIBLE_DEVICES"] = visible
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-    return {**env, **extra}
 
 
 def _run(matrix: Path, report_dir: Path, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
@@ -45,7 +35,7 @@ def test_no_device_is_one_line_and_nothing_runs(tmp_path: Path, fake_driver_dir:
     # A driver that finds no device, ahead of any real one on the loader path: the same on
     # hosts with and without a GPU.
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
-    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, ""))
+    done = _run(matrix, tmp_path / "reports", fake_driver_env(fake_driver_dir, ""))
     assert done.returncode == 1
     assert _lines(done.stdout + done.stderr) == [
         f"Exit: {REFUSAL}: the NVIDIA driver reports none (CUDA_VISIBLE_DEVICES is unset)"
@@ -55,7 +45,7 @@ def test_no_device_is_one_line_and_nothing_runs(tmp_path: Path, fake_driver_dir:
 
 def test_hidden_devices_are_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
-    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, H100, visible=""))
+    done = _run(matrix, tmp_path / "reports", fake_driver_env(fake_driver_dir, H100, visible=""))
     assert done.returncode == 1
     assert _lines(done.stdout + done.stderr) == [
         f"Exit: {REFUSAL}: the NVIDIA driver reports none (CUDA_VISIBLE_DEVICES='')"
@@ -64,7 +54,7 @@ def test_hidden_devices_are_refused(tmp_path: Path, fake_driver_dir: Path) -> No
 
 def test_mixed_generations_are_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["9.0"])
-    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, f"{H100};{A100}"))
+    done = _run(matrix, tmp_path / "reports", fake_driver_env(fake_driver_dir, f"{H100};{A100}"))
     assert done.returncode == 1
     (line,) = _lines(done.stdout + done.stderr)
     assert "several GPU generations" in line and "NVIDIA A100-SXM4-80GB (SM 8.0" in line
@@ -72,7 +62,7 @@ def test_mixed_generations_are_refused(tmp_path: Path, fake_driver_dir: Path) ->
 
 def test_a_generation_the_matrix_lacks_is_refused(tmp_path: Path, fake_driver_dir: Path) -> None:
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["8.0", "10.0"])
-    done = _run(matrix, tmp_path / "reports", _env(fake_driver_dir, H100))
+    done = _run(matrix, tmp_path / "reports", fake_driver_env(fake_driver_dir, H100))
     assert done.returncode == 2
     (line,) = _lines(done.stdout + done.stderr)
     assert line.startswith(f"Exit: {matrix}: axes.capability: the visible GPUs (NVIDIA H100 80GB HBM3)")
@@ -83,7 +73,7 @@ def test_each_worker_and_its_cell_processes_get_one_gpu(tmp_path: Path, fake_dri
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN", "B_ATTN", "C_ATTN"], capabilities=["9.0"])
     pins = tmp_path / "pins"
     pins.mkdir()
-    env = _env(fake_driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins))
+    env = fake_driver_env(fake_driver_dir, f"{H100};{H100};{H100}", visible="2,0", DFLASH_TEST_PIN_DIR=str(pins))
     done = _run(matrix, tmp_path / "reports", env, "-n", "3", "--plant", "gpu_lane.plants:record_visible_devices")
     assert done.returncode == 0, done.stdout + done.stderr
     seen = {path.read_text() for path in pins.iterdir()}
@@ -94,7 +84,7 @@ def test_each_worker_and_its_cell_processes_get_one_gpu(tmp_path: Path, fake_dri
 def test_only_this_generations_cells_run(tmp_path: Path, fake_driver_dir: Path) -> None:
     matrix = write_fake_matrix(tmp_path, "m", ["A_ATTN"], capabilities=["8.0", "9.0", "10.0"])
     report_dir = tmp_path / "reports"
-    done = _run(matrix, report_dir, _env(fake_driver_dir, f"{H100};{H100}"), "-n", "2")
+    done = _run(matrix, report_dir, fake_driver_env(fake_driver_dir, f"{H100};{H100}"), "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "(compute capability 9.0): 4 cells for this generation, 8 cells of other generations" in done.stdout
     # Before any cell: what FlashInfer will compile on first use (harness.cuda.flashinfer_jit).
