@@ -22,6 +22,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("run", "harness.commands.run"),
     ("bisect", "harness.commands.bisect"),
     ("history", "harness.commands.history"),
+    ("watch", "harness.commands.watch"),
     ("repro", "harness.commands.repro"),
     ("findings", "harness.commands.findings"),
     ("report", "harness.commands.report"),
