@@ -23,6 +23,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("bisect", "harness.commands.bisect"),
     ("history", "harness.commands.history"),
     ("watch", "harness.commands.watch"),
+    ("expectations", "harness.commands.expectations"),
     ("repro", "harness.commands.repro"),
     ("findings", "harness.commands.findings"),
     ("report", "harness.commands.report"),
