@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("history", "harness.commands.history"),
     ("watch", "harness.commands.watch"),
     ("expectations", "harness.commands.expectations"),
+    ("watch-issues", "harness.commands.watch_issues"),
     ("repro", "harness.commands.repro"),
     ("findings", "harness.commands.findings"),
     ("report", "harness.commands.report"),

@@ -60,7 +60,9 @@ from harness.tomlfile import parse_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("lanes", nargs="+", metavar="LANE", help=f"matrix names or files ({', '.join(WATCHED_LANES)})")
+    parser.add_argument(
+        "lanes", nargs="+", metavar="LANE", help="matrices (names or files) of the selection and gpu_emulated lanes"
+    )
     parser.add_argument(
         "--release", nargs="+", default=[], metavar="VERSION", help="these releases instead of asking the index"
     )
@@ -73,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="judge this saved report of RELEASE (a lane report folder) instead of installing and running it",
     )
     parser.add_argument("--plan", action="store_true", help="print the JSON job matrix (lane x release) and stop")
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="with --plan: the newest release each LANE's expectations record, not the new ones "
+        "(the releases GPU runners run: gpu-matrix.yml); any lane with recorded releases",
+    )
     parser.add_argument("--out", metavar="DIR", default="watch", help="where the deltas go (watch/)")
     parser.add_argument("-n", "--workers", type=int, default=2, metavar="N", help="pytest-xdist workers (default 2)")
     parser.add_argument("-k", metavar="EXPR", dest="keyword", help="only the cells pytest's -k EXPR selects")
@@ -93,13 +101,13 @@ class Watched:
         return self.matrix.name
 
 
-def _watched(name: str) -> Watched:
+def _watched(name: str, *, runs: bool = True) -> Watched:
     path = matrix_path(name)
     if not path.exists():
         raise InputError(name, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())
     matrix = load_matrix(path)
     why = not_watchable(matrix.lane)
-    if why:
+    if why and runs:
         raise InputError(path, "matrix.lane", why, WATCHED_LANES)
     if matrix.expectations_path is None:
         raise InputError(path, "matrix.expectations", "names no expectations file: there is nothing to watch against")
@@ -118,7 +126,9 @@ def _checked(args: argparse.Namespace) -> tuple[list[Watched], dict[str, Path]]:
     """Every option checked, before the index is asked or anything installed."""
     if args.workers < 0:
         raise InputError("-n", "", f"{args.workers} is not a number of workers (0 or more)")
-    watched = [_watched(name) for name in dict.fromkeys(args.lanes)]
+    if args.recorded and not args.plan:
+        raise InputError("--recorded", "", "only plans (--plan): recorded releases are not watched")
+    watched = [_watched(name, runs=not args.recorded) for name in dict.fromkeys(args.lanes)]
     for release in args.release:
         try:
             parse_release(release)
@@ -142,6 +152,8 @@ def _releases(args: argparse.Namespace, watched: Watched, reports: dict[str, Pat
     """The releases to watch for one lane, newest first: given, or asked of the index (may raise RuntimeError)."""
     if reports:
         return list(reports)
+    if args.recorded:
+        return [watched.judged_as]
     if args.release:
         found = list(args.release)
     else:

