@@ -46,6 +46,7 @@ from harness.matrix import Matrix, expand, load_matrix
 from harness.releases.delta import ReleaseDelta, changed_cells, group_changes, patched, unsettled
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, offered_releases, run_lane, slug
+from harness.releases.install import may_be_vllm
 from harness.releases.watch import (
     WATCHED_LANES,
     InstallAttempt,
@@ -64,7 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "lanes", nargs="+", metavar="LANE", help="matrices (names or files) of the selection and gpu_emulated lanes"
     )
     parser.add_argument(
-        "--release", nargs="+", default=[], metavar="VERSION", help="these releases instead of asking the index"
+        "--release",
+        nargs="+",
+        default=[],
+        metavar="REQ",
+        help="these releases (versions, or pip requirements such as a wheel URL) instead of asking the index",
     )
     parser.add_argument("--nightly", metavar="REQ", help="also watch this pip requirement (a nightly wheel URL)")
     parser.add_argument(
@@ -129,11 +134,13 @@ def _checked(args: argparse.Namespace) -> tuple[list[Watched], dict[str, Path]]:
     if args.recorded and not args.plan:
         raise InputError("--recorded", "", "only plans (--plan): recorded releases are not watched")
     watched = [_watched(name, runs=not args.recorded) for name in dict.fromkeys(args.lanes)]
-    for release in args.release:
+    for release in [*args.release, *([args.nightly] if args.nightly else [])]:
         try:
             parse_release(release)
-        except ValueError as error:
-            raise InputError("--release", "", str(error)) from None
+        except ValueError:
+            if not may_be_vllm(release):  # a wheel, a URL, vllm@commit: pip decides; another project: no
+                problem = f"{release!r} is neither a vLLM version (0.34.0) nor a requirement for vLLM (a wheel URL)"
+                raise InputError("--release" if release in args.release else "--nightly", "", problem) from None
     reports = {}
     for item in args.report:
         release, _, folder = item.partition("=")
