@@ -31,9 +31,9 @@ from harness.commands.repro import report_document
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, load_expectations
 from harness.matrix import Cell, Matrix, expand, load_matrix
-from harness.releases.delta import changed_cells
-from harness.releases.record import PatchError, appended, moved_judgements, read_patch, report_release, with_release
 from harness.tomlfile import parse_release, read_toml
+from harness.watch.delta import changed_cells
+from harness.watch.record import PatchError, appended, moved_judgements, read_patch, report_release, with_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,8 +149,8 @@ def _recheck(
         return f"{source}: could not be re-judged: its runs name no single vLLM version", True, None
     if parse_release(release) not in after.releases:
         return f"{source}: could not be re-judged: vLLM {release} is not a recorded release", True, None
-    old, _, judged = changed_cells(document, cells, before.for_release(release), release)
-    now, _, _ = changed_cells(document, cells, after.for_release(release), release)
+    old, judged = changed_cells(document, cells, before.for_release(release))
+    now, _ = changed_cells(document, cells, after.for_release(release))
     old_ids, now_ids = sorted(change.id for change in old), sorted(change.id for change in now)
     if release == new:
         ok = not now_ids

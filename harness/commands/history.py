@@ -39,11 +39,11 @@ from harness.errors import InputError
 from harness.matrix import load_matrix
 from harness.releases.environment import LANE, EnvironmentFailure
 from harness.releases.envs import cell_failures, run_lane, slug
-from harness.releases.watch import WatchJob, job_plan
 from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import collector_paused, merge
+from harness.watch.plan import WatchJob, job_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

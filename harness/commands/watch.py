@@ -43,11 +43,14 @@ from harness.commands.repro import script_for
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, load_expectations
 from harness.matrix import Matrix, expand, load_matrix
-from harness.releases.delta import ReleaseDelta, changed_cells, group_changes, patched, unsettled
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure
-from harness.releases.envs import ReleaseEnvs, offered_releases, run_lane, slug
+from harness.releases.envs import ReleaseEnvs, cell_failures, offered_releases, run_lane, slug
 from harness.releases.install import may_be_vllm
-from harness.releases.watch import (
+from harness.reports.release_delta import delta_json, delta_markdown, patch_toml, watch_markdown
+from harness.reports.step_summary import append_step_summary
+from harness.tomlfile import parse_release
+from harness.watch.delta import ReleaseDelta, changed_cells, group_changes, patched, unsettled
+from harness.watch.plan import (
     WATCHED_LANES,
     InstallAttempt,
     WatchJob,
@@ -55,9 +58,6 @@ from harness.releases.watch import (
     new_releases,
     not_watchable,
 )
-from harness.reports.release_delta import delta_json, delta_markdown, patch_toml, watch_markdown
-from harness.reports.step_summary import append_step_summary
-from harness.tomlfile import parse_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -250,10 +250,11 @@ def _watch_one(
     run_info = (document.get("runs") or [document.get("run") or {}])[0]
     version = run_info.get("vllm_version") or job.release.removeprefix("vllm==")
     cells = expand(lane.matrix)
-    symptoms = envs.symptoms(version)
-    changes, no_verdict, judged = changed_cells(document, cells, lane.expectations, version, symptoms)
+    failures = cell_failures(document, version, envs.symptoms(version))
+    no_verdict = {cell: failure.reason for (_, cell), failure in failures.items()}
+    changes, judged = changed_cells(document, cells, lane.expectations, no_verdict)
     if judged == 0:
-        reason = no_verdict[0][1].reason if no_verdict else "the report holds no cell of this matrix"
+        reason = next(iter(no_verdict.values()), "the report holds no cell of this matrix")
         failure = EnvironmentFailure(job.release, LANE, f"no cell gave a verdict: {reason}")
         return _failed(lane, job, folder, attempts, failure, harness_failed=False, started=started)
     groups = group_changes(changes, cells)
@@ -273,17 +274,22 @@ def _watch_one(
         judged_as=lane.judged_as,
         cells=judged,
         groups=groups,
-        no_verdict=tuple(no_verdict),
+        no_verdict=tuple(sorted(no_verdict.items())),
         not_in_matrix=tuple(not_in_matrix),
-        unsettled=tuple(unsettled(document, cells, after, version)),
+        unsettled=tuple(unsettled(document, cells, after, no_verdict)),
     )
-    repros = _repros(document, delta, folder, str(saved), env, envs, args.no_repro_check)
+    repros = _repros(document, delta, folder, str(saved), env, args.no_repro_check)
     patch = patch_toml(delta, lane.expectations.rules)
+    tried = [attempt.to_json() for attempt in attempts]
     files = {
         "delta.json": (
-            json.dumps(delta_json(delta, attempts, repros, str(saved), lane.expectations.rules), indent=2) + "\n"
+            json.dumps(
+                delta_json(delta, tried, repros, str(saved), lane.expectations.rules),
+                indent=2,
+            )
+            + "\n"
         ).encode(),
-        "delta.md": delta_markdown(delta, attempts, repros, patch).encode("utf-8"),
+        "delta.md": delta_markdown(delta, tried, repros, patch).encode("utf-8"),
         "patch.toml": patch.encode("utf-8"),
     }
     for name, data in files.items():
@@ -350,7 +356,6 @@ def _repros(
     folder: Path,
     source: str,
     env: Path | None,
-    envs: ReleaseEnvs,
     skip_check: bool,
 ) -> dict[int, dict[str, Any]]:
     """One script per group, for its representative cell, asserting the recorded release's answer:
@@ -381,12 +386,12 @@ def _repros(
         _write(path, text.encode("utf-8"))
         entry["written"] = True
         if env is not None and not skip_check:
-            entry.update(_check_repro(env, path, envs))
+            entry.update(_check_repro(env, path))
         found[group.number] = entry
     return found
 
 
-def _check_repro(env: Path, script: Path, envs: ReleaseEnvs) -> dict[str, Any]:
+def _check_repro(env: Path, script: Path) -> dict[str, Any]:
     started = time.monotonic()
     done = subprocess.run(
         [str(env / "bin" / "python"), str(script)], capture_output=True, text=True, check=False, timeout=600

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import InputError
-from harness.releases.issues import LABEL, DeltaText, actions
+from harness.watch.issues import LABEL, DeltaText, actions
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

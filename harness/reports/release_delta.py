@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.expectations import Rule
-from harness.releases.delta import (
+from harness.verdict import FAULTS
+from harness.watch.delta import (
     Group,
     ReleaseDelta,
     known_finding,
@@ -19,8 +20,6 @@ from harness.releases.delta import (
     proposed_rules,
     release_floor,
 )
-from harness.releases.watch import InstallAttempt
-from harness.verdict import FAULTS
 
 SHOWN_IDS = 8  # cell ids listed per group in Markdown; delta.json lists them all
 
@@ -96,7 +95,7 @@ def _group_json(group: Group, repro: Mapping[str, Any] | None, version: str, rul
 
 def delta_json(
     delta: ReleaseDelta,
-    attempts: Sequence[InstallAttempt],
+    attempts: Sequence[Mapping[str, Any]],
     repros: Mapping[int, Mapping[str, Any]],
     report: str,
     rules: Sequence[Rule] = (),
@@ -109,11 +108,11 @@ def delta_json(
         "version": delta.version,
         "judged_as": delta.judged_as,
         "report": report,
-        "install": [attempt.to_json() for attempt in attempts],
+        "install": list(attempts),
         "cells": delta.cells,
         "changed": delta.changed,
         "groups": [_group_json(group, repros.get(group.number), version, rules) for group in delta.groups],
-        "no_verdict": [{"cell": cell, **failure.to_json()} for cell, failure in delta.no_verdict],
+        "no_verdict": [{"cell": cell, "reason": reason} for cell, reason in delta.no_verdict],
         "backends_not_in_matrix": list(delta.not_in_matrix),
         "unsettled_by_patch": list(delta.unsettled),
         "patch": "patch.toml",
@@ -126,7 +125,7 @@ def _show(verdict: str, message: str | None) -> str:
 
 def delta_markdown(
     delta: ReleaseDelta,
-    attempts: Sequence[InstallAttempt],
+    attempts: Sequence[Mapping[str, Any]],
     repros: Mapping[int, Mapping[str, Any]],
     patch: str,
 ) -> str:
@@ -136,9 +135,9 @@ def delta_markdown(
         "",
     ]
     for attempt in attempts:
-        lines.append(f"- install {attempt.line()}")
+        lines.append(f"- install {_attempt_line(attempt)}")
     if delta.no_verdict:
-        reasons = {failure.reason for _, failure in delta.no_verdict}
+        reasons = {reason for _, reason in delta.no_verdict}
         lines.append(
             f"- {len(delta.no_verdict)} cells gave no verdict (environment failure, not a change): "
             + "; ".join(sorted(reasons))[:500]
@@ -189,6 +188,9 @@ def watch_markdown(outcomes: Sequence[Mapping[str, Any]]) -> str:
     for outcome in outcomes:
         lines.append(f"- {outcome['line']}")
         for attempt in outcome.get("install") or ():
-            state = "installed" if attempt["installed"] else "failed"
-            lines.append(f"  - install {attempt['how']}: {state}: {attempt['outcome']}")
+            lines.append(f"  - install {_attempt_line(attempt)}")
     return "\n".join(lines) + "\n"
+
+
+def _attempt_line(attempt: Mapping[str, Any]) -> str:
+    return f"{attempt['how']}: {'installed' if attempt['installed'] else 'failed'}: {attempt['outcome']}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,6 @@ from packaging.version import Version
 from harness.axes import AxisValue
 from harness.expectations import Expectation, ExpectationSet, Rule
 from harness.matrix import Cell, Selector
-from harness.releases.environment import EnvironmentFailure, cell_failure
 from harness.verdict import FAULTS, Verdict, severity
 
 
@@ -138,7 +137,7 @@ class ReleaseDelta:
     judged_as: str  # the newest recorded release, whose rules judged the run
     cells: int  # cells the run gave a verdict for
     groups: tuple[Group, ...]
-    no_verdict: tuple[tuple[str, EnvironmentFailure], ...]  # cells that crashed for the environment
+    no_verdict: tuple[tuple[str, str], ...]  # (cell, why): cells the environment kept from a verdict
     not_in_matrix: tuple[str, ...]  # backends the release's enum has and the matrix lacks
     unsettled: tuple[str, ...] = ()  # cells the proposed patch would still not settle
 
@@ -151,24 +150,19 @@ def changed_cells(
     document: Mapping[str, Any],
     cells: Sequence[Cell],
     judge: ExpectationSet,
-    release: str,
-    symptoms: Sequence[str] = (),
-) -> tuple[list[CellChange], list[tuple[str, EnvironmentFailure]], int]:
-    """The report's cells that the ``judge`` rules do not expect, the cells that gave no verdict
-    (environment failures: never a change), and how many cells gave one."""
+    no_verdict: Collection[str] = (),
+) -> tuple[list[CellChange], int]:
+    """The report's cells that the ``judge`` rules do not expect, and how many cells were judged.
+    ``no_verdict``: cells whose record is an environment failure (harness.releases.environment),
+    never a change."""
     by_id = {cell.id: cell for cell in cells}
     changes: list[CellChange] = []
-    no_verdict: list[tuple[str, EnvironmentFailure]] = []
     judged = 0
     for record in document.get("cells") or []:
         cell = by_id.get(str(record.get("id")))
-        if cell is None:  # a cell of another matrix, or one this matrix dropped: the delta is this matrix's
+        if cell is None or cell.id in no_verdict:  # another matrix's cell, or no verdict: not this delta's
             continue
         verdict, message = Verdict(record["verdict"]), str(record.get("message") or "")
-        failure = cell_failure(release, verdict.value, record.get("stage"), message, symptoms)
-        if failure is not None:
-            no_verdict.append((cell.id, failure))
-            continue
         judged += 1
         expectation = judge.for_cell(cell)
         expected_message_ok = not expectation.message or expectation.message in message
@@ -176,7 +170,7 @@ def changed_cells(
             continue
         backends = tuple(str(name) for name in record.get("observed_backends") or ())
         changes.append(CellChange(cell.id, cell.values, expectation, verdict, message, record.get("stage"), backends))
-    return changes, no_verdict, judged
+    return changes, judged
 
 
 def group_changes(changes: Iterable[CellChange], universe: Sequence[Cell]) -> tuple[Group, ...]:
@@ -379,7 +373,9 @@ def patched(judge: ExpectationSet, groups: Sequence[Group], version: str) -> Exp
     return dataclasses.replace(judge, rules=tuple(rules), releases=releases).for_release(version)
 
 
-def unsettled(document: Mapping[str, Any], cells: Sequence[Cell], after: ExpectationSet, release: str) -> list[str]:
+def unsettled(
+    document: Mapping[str, Any], cells: Sequence[Cell], after: ExpectationSet, no_verdict: Collection[str] = ()
+) -> list[str]:
     """Cells the patched expectations would still judge as not expected (should be none)."""
-    changes, _, _ = changed_cells(document, cells, after, release)
+    changes, _ = changed_cells(document, cells, after, no_verdict)
     return [change.id for change in changes]
