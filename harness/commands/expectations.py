@@ -151,6 +151,9 @@ def _recheck(
         return f"{source}: could not be re-judged: vLLM {release} is not a recorded release", True, None
     old, judged = changed_cells(document, cells, before.for_release(release))
     now, _ = changed_cells(document, cells, after.for_release(release))
+    if not judged:
+        where = Path(after.path or "").name
+        return f"{source}: could not be re-judged: none of its cells is a cell of {where}", True, None
     old_ids, now_ids = sorted(change.id for change in old), sorted(change.id for change in now)
     if release == new:
         ok = not now_ids

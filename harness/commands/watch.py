@@ -289,7 +289,7 @@ def _watch_one(
             )
             + "\n"
         ).encode(),
-        "delta.md": delta_markdown(delta, tried, repros, patch).encode("utf-8"),
+        "delta.md": delta_markdown(delta, tried, repros, patch, lane.expectations.rules).encode("utf-8"),
         "patch.toml": patch.encode("utf-8"),
     }
     for name, data in files.items():

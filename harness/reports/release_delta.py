@@ -128,6 +128,7 @@ def delta_markdown(
     attempts: Sequence[Mapping[str, Any]],
     repros: Mapping[int, Mapping[str, Any]],
     patch: str,
+    rules: Sequence[Rule] = (),
 ) -> str:
     version = delta.version or delta.release
     lines = [
@@ -166,6 +167,9 @@ def delta_markdown(
             f"- {version}: {_show(group.new.value, cell.message)} at stage `{cell.stage or '-'}`"
             + (f", layers carry {', '.join(cell.observed_backends)}" if cell.observed_backends else ""),
         ]
+        known = known_finding(group, rules)
+        if known:
+            lines.append(f"- finding: `{known}`, already recorded for this answer by an existing rule")
         repro = repros.get(group.number)
         if repro:
             lines.append(f"- repro: {_repro_line(repro)}")

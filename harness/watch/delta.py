@@ -65,7 +65,8 @@ def classify(old: Verdict, new: Verdict) -> str:
     return Change.OTHER
 
 
-_NUMBER = re.compile(r"0x[0-9a-fA-F]+|\d+(\.\d+)*")
+# Whole numbers only: "sm_100" and "code 12" vary per cell, the 12 of "b12x" names a package.
+_NUMBER = re.compile(r"\b(0x[0-9a-fA-F]+|\d+(\.\d+)*)\b")
 _QUOTED_PATH = re.compile(r"(/[\w.+-]+)+")
 
 
