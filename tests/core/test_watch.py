@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import load_expectations
 from harness.matrix import expand, load_matrix
@@ -386,3 +387,23 @@ def test_one_issue_per_release_updated_in_place(tmp_path: Path, lane: Callable[.
     issues = json.loads(state.read_text())
     assert len(issues) == 1 and "reviewed: a note" in issues[0]["body"]
     assert os.path.exists(state)
+
+
+def test_history_plans_the_same_fan_out_one_job_per_release(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr("harness.commands.release_range.offered_releases", lambda: ("0.31.0", "0.32.0", "0.33.0"))
+    assert main(["history", "selection", "--old", "0.31.0", "--new", "0.33.0", "--plan"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert [job["release"] for job in plan["include"]] == ["0.31.0", "0.32.0", "0.33.0"]
+    assert plan["releases"] == ["0.33.0", "0.32.0", "0.31.0"] and {job["lane"] for job in plan["include"]} == {
+        "selection"
+    }
+
+
+def test_the_gpu_matrix_runs_the_newest_recorded_releases(capsys: Any) -> None:
+    assert main(["watch", "gpu", "selection", "--plan", "--recorded"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    newest = {
+        lane: str(load_expectations(load_matrix(matrix_path(lane)).expectations_path).releases[-1])
+        for lane in ("gpu", "selection")
+    }
+    assert plan["releases"] == sorted(set(newest.values()), key=Version, reverse=True)
