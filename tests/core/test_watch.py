@@ -402,8 +402,9 @@ def test_history_plans_the_same_fan_out_one_job_per_release(monkeypatch: pytest.
 def test_the_gpu_matrix_runs_the_newest_recorded_releases(capsys: Any) -> None:
     assert main(["watch", "gpu", "selection", "--plan", "--recorded"]) == 0
     plan = json.loads(capsys.readouterr().out)
-    newest = {
-        lane: str(load_expectations(load_matrix(matrix_path(lane)).expectations_path).releases[-1])
-        for lane in ("gpu", "selection")
-    }
+    newest = {}
+    for lane in ("gpu", "selection"):
+        path = load_matrix(matrix_path(lane)).expectations_path
+        assert path is not None
+        newest[lane] = str(load_expectations(path).releases[-1])
     assert plan["releases"] == sorted(set(newest.values()), key=Version, reverse=True)
