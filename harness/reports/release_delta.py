@@ -183,7 +183,7 @@ def _repro_line(repro: Mapping[str, Any]) -> str:
     where = f"`{repro['script']}` (cell `{repro['cell']}`)"
     if not repro.get("checked"):
         return f"{where}; not run here (no env of this release at hand)"
-    said = "reproduces" if repro["reproduces"] else f"does NOT reproduce (exit {repro['exit']})"
+    said = f"reproduces ({repro['how']})" if repro["reproduces"] else f"does NOT reproduce (exit {repro['exit']})"
     return f"{where}; run on the release: {said} in {repro['seconds']} s: {repro['last_line']}"
 
 
