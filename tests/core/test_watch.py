@@ -408,3 +408,25 @@ def test_the_gpu_matrix_runs_the_newest_recorded_releases(capsys: Any) -> None:
         assert path is not None
         newest[lane] = str(load_expectations(path).releases[-1])
     assert plan["releases"] == sorted(set(newest.values()), key=Version, reverse=True)
+
+
+def test_a_repro_reproduces_by_its_assertion_or_by_dying_of_the_cells_own_error(
+    tmp_path: Path, lane: Callable[..., Fakes]
+) -> None:
+    fakes = lane(("0.33.0", "0.34.0"))
+    # The release env's python: dies as the crashing cells do, whatever script it is given.
+    python = fakes.env / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'RuntimeError: FLASH_ATTN kernel for sm_100 failed (code 12)' >&2\nexit 1\n")
+    python.chmod(0o755)
+    out = ["--out", str(tmp_path / "watch"), "--cache", str(tmp_path / "cache")]
+    assert main(["watch", str(tmp_path / "m.toml"), *out]) == 0
+    repros = {(g["old"], g["new"]): g["repro"] for g in _delta(tmp_path, "0.34.0")["groups"]}
+    assert repros["pass", "crash"]["reproduces"] and repros["pass", "crash"]["how"] == "raised the cell's error"
+    # A refusal is not reproduced by a script that merely fails: it must assert the change.
+    assert not repros["pass", "unsupported"]["reproduces"]
+    python.write_text("#!/bin/sh\necho 'observed: unsupported: refused'\necho 'FAILURE REPRODUCES'\nexit 1\n")
+    assert main(["watch", str(tmp_path / "m.toml"), *out]) == 0
+    repros = {(g["old"], g["new"]): g["repro"] for g in _delta(tmp_path, "0.34.0")["groups"]}
+    assert all(repro["reproduces"] and repro["how"] == "asserted" for repro in repros.values())
+    script = (tmp_path / "watch" / "m" / "0.34.0" / "repro" / "group-01-pass-to-unsupported.py").read_text()
+    assert '"expected": "pass"' in script  # the recorded release's answer, which the change breaks
