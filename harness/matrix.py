@@ -187,30 +187,33 @@ def _covering(axes: Factors, covered: Factors, exclusions: tuple[Selector, ...])
 
 
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
-    return _cells(
-        matrix.path, matrix.lane, matrix.axes, matrix.cover, matrix.exclusions, matrix.tolerances, matrix.timeout_s
+    cells, duplicate = _cells(
+        matrix.lane, matrix.axes, matrix.cover, matrix.exclusions, matrix.tolerances, matrix.timeout_s
     )
+    if duplicate is not None:
+        raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
+    return cells
 
 
 @functools.lru_cache(maxsize=32)
 def _cells(
-    path: Path,
     lane: str,
     axes: Factors,
     covered: Factors,
     exclusions: tuple[Selector, ...],
     tolerances: tuple[tuple[str, float], ...],
     timeout_s: float,
-) -> tuple[Cell, ...]:
-    # The cells depend only on these declared fields, so a process expands each matrix once: loading
-    # checks it, then the runner, the reports, `cells` and the findings expand it again (cells are frozen).
+) -> tuple[tuple[Cell, ...], str | None]:
+    """The cells, and the first duplicate id if any. They depend only on these declared fields, so a
+    process expands each matrix once: loading checks it, then the runner, the reports, `cells` and the
+    findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
-    seen: dict[str, dict[str, AxisValue]] = {}
+    seen: set[str] = set()
     for values in _covering(axes, covered, exclusions).rows:
         ident = cell_id(values)
         if ident in seen:
-            raise InputError(path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
-        seen[ident] = values
+            return (), ident
+        seen.add(ident)
         cells.append(
             Cell(
                 id=ident,
@@ -220,7 +223,7 @@ def _cells(
                 timeout_s=timeout_s,
             )
         )
-    return tuple(cells)
+    return tuple(cells), None
 
 
 def _tolerance(tolerances: tuple[tuple[str, float], ...], dtype: AxisValue | None) -> float | None:
