@@ -5,7 +5,14 @@
 The script carries the cell, its expectation and the recorded environment; run in an env
 with vLLM it prints what it observes and what was expected, and exits 1 when the cell's
 failure reproduces (the observed verdict is not the expected one), 0 otherwise: ready to
-paste into an upstream issue. Cells of the selection and cpu lanes.
+paste into an upstream issue. Cells of the selection, cpu, gpu and gpu-emulated lanes.
+
+A gpu or gpu-emulated cell's script is one template (``gpu_cell.py.tmpl``): on a real GPU of the
+cell's capability, or, for gpu-emulated, on the CPU with the generation simulated and Triton's
+interpreter set up by the script itself (it compiles the stub libcuda.so.1 it carries with gcc
+where no libcuda.so.1 loads). It runs the layers eagerly only: a cell the lane captured in a CUDA
+graph says so in its script and here, and a cell whose expectation rests on the capture, or on
+the loader differential, is refused.
 
 A cell under a finding (a known vLLM bug, harness/findings.py) is expected, in the report, to
 show the bug. Its script expects vLLM's correct behaviour instead: what the cell gets without the
@@ -27,11 +34,19 @@ from harness.bundled import matrix_path
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
 from harness.findings import Finding, FindingKind
-from harness.matrix import Matrix, expand, load_matrix
+from harness.contracts.lanes import GpuEmulatedOptions
+from harness.lanes.gpu.emulated import EmulatedHost
+from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.verdict import VERDICTS, Verdict
 
 _REPRO = Path(__file__).resolve().parent.parent / "repro"
-TEMPLATES = {"selection": _REPRO / "selection_cell.py.tmpl", "cpu": _REPRO / "cpu_cell.py.tmpl"}
+TEMPLATES = {
+    "selection": _REPRO / "selection_cell.py.tmpl",
+    "cpu": _REPRO / "cpu_cell.py.tmpl",
+    "gpu": _REPRO / "gpu_cell.py.tmpl",
+    "gpu_emulated": _REPRO / "gpu_cell.py.tmpl",
+}
+GPU_LANES = ("gpu", "gpu_emulated")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,14 +80,110 @@ def _matrix(run: dict[str, Any]) -> Matrix | None:
     return None
 
 
+def _matrix_cell(cell_id: str, matrix: Matrix | None, source: str) -> Cell:
+    found = next((c for c in expand(matrix) if c.id == cell_id), None) if matrix is not None else None
+    if found is None:
+        raise InputError(source, f"cells.{cell_id}", "the run's matrix cannot be read or no longer holds this cell")
+    return found
+
+
 def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
     """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
-    found = next((c for c in expand(matrix) if c.id == cell_id), None) if matrix is not None else None
-    if matrix is None or found is None:
-        raise InputError(source, f"cells.{cell_id}", "the run's matrix cannot be read or no longer holds this cell")
+    found = _matrix_cell(cell_id, matrix, source)
+    assert matrix is not None
     options = matrix.lane_options
     contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
+
+
+def eager_only(axes: dict[str, Any]) -> bool:
+    """Whether the gpu lanes ran the cell captured in a CUDA graph, which the script does not do
+    (Model Runner V1 never captures draft attention: its graph cells ran eagerly there too)."""
+    return axes.get("cudagraph") == "graph" and axes.get("loader", "v2") == "v2"
+
+
+def _gpu_refusal(lane: str, cell: dict[str, Any], found: Cell, accepted: list[str]) -> tuple[str, str] | None:
+    """Why the gpu script cannot reproduce this cell: (key under the cell, problem), or None."""
+    axes = cell["axes"]
+    if axes.get("method", "dflash") != "dflash":
+        return "axes.method", "the gpu repro writes DFlash drafts only (valid: dflash)"
+    if lane == "gpu_emulated" and (why := EmulatedHost(GpuEmulatedOptions(), ()).unavailable(found)) is not None:
+        return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
+    if "loader-diff" in (cell.get("verdict"), *accepted):
+        return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
+    if eager_only(axes) and {"unsupported", "unavailable"} & set(accepted):
+        return "axes.cudagraph", "this cell's expectation rests on its CUDA-graph capture; the script runs eagerly only"
+    return None
+
+
+def _gpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
+    """What the gpu lanes drew the cell's inputs from: its seed, contexts, tolerance, shape, block size."""
+    found = _matrix_cell(cell_id, matrix, source)
+    assert matrix is not None
+    options = matrix.lane_options
+    axes = cell["axes"]
+    contexts = LONG_CONTEXT_LENS if axes.get("context") == "long" else options.context_lens
+    tolerance = cell.get("tolerance")
+    if tolerance is None:  # the cell ended before the comparison: the lane's rule for an fp8 KV cache
+        rounded_kv = axes.get("kv_cache_dtype", "auto") != "auto" or str(axes.get("draft_kv_cache_dtype", "")).startswith(
+            "fp8"
+        )
+        tolerance = max(found.tolerance or 0.0, options.kv_fp8_tolerance) if rounded_kv else found.tolerance
+    return {
+        "seed": found.seed + options.seed,
+        "context_lens": list(contexts),
+        "tolerance": tolerance,
+        "head_dim": options.head_dim,
+        "block_size": options.block_size,
+        "graph": eager_only(axes),
+    }
+
+
+def _emulation(lane: str, cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any] | None:
+    """For a gpu-emulated cell: the generation the script simulates and its SM count."""
+    if lane != "gpu_emulated":
+        return None
+    assert matrix is not None  # _gpu_inputs has read it
+    capability = str(cell["axes"].get("capability"))
+    sm_counts = matrix.lane_options.sm_counts
+    if capability not in sm_counts:
+        raise InputError(source, f"cells.{cell_id}.axes.capability", "the matrix's sm_counts has no entry", sm_counts)
+    return {"capability": capability, "sm_count": int(sm_counts[capability])}
+
+
+def notes(lane: str, axes: dict[str, Any]) -> list[str]:
+    """What the script cannot do, said where it is written (and in the script itself)."""
+    said = []
+    if lane in GPU_LANES and eager_only(axes):
+        said.append(
+            "eager only: the lane captured this cell in a CUDA graph and replayed it; the script runs its layers "
+            "eagerly, so a failure only the replay shows does not reproduce (exit 0 does not clear it)"
+        )
+    if lane == "gpu_emulated":
+        said.append(
+            "runs on the CPU; it needs libcuda.so.1: a driver, one on LD_LIBRARY_PATH (build the stub with "
+            "`gcc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 harness/cuda/libcuda_stub.c`), or gcc, "
+            "with which it compiles the stub it carries; without any it exits 2"
+        )
+    if lane == "gpu":
+        said.append(f"needs a CUDA GPU of compute capability {axes.get('capability')}; elsewhere it exits 2")
+    return said
+
+
+_GRAPH_NOTES = {
+    "eager": "This cell ran eagerly in the lane too (cudagraph = eager).",
+    "v1": "Model Runner V1 never captures draft attention, so this graph cell ran eagerly in the lane too.",
+    "captured": (
+        "This cell ran captured in a CUDA graph and replayed (cudagraph = graph, loader v2): this script\n"
+        "does not capture it, so a failure only the replay shows does not reproduce here (exit 0 does not clear it)."
+    ),
+}
+
+
+def _graph_note(axes: dict[str, Any]) -> str:
+    if eager_only(axes):
+        return _GRAPH_NOTES["captured"]
+    return _GRAPH_NOTES["v1" if axes.get("cudagraph") == "graph" else "eager"]
 
 
 def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[str, Any]:
@@ -120,6 +231,11 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
             source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
         )
     matrix = _matrix(run)
+    if lane in GPU_LANES:
+        accepted = _correct_behaviour(cell, cell_id, source).get("accepted", [cell["expected"]])
+        refusal = _gpu_refusal(lane, cell, _matrix_cell(cell_id, matrix, source), accepted)
+        if refusal is not None:
+            raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     options = dict(matrix.options) if matrix is not None else {}
     payload = {
         "id": cell_id,
@@ -135,6 +251,9 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     payload.update(_correct_behaviour(cell, cell_id, source))
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
+    if lane in GPU_LANES:
+        payload.update(_gpu_inputs(cell, cell_id, matrix, source))
+    emulation = _emulation(lane, cell, cell_id, matrix, source)
     facts = [
         ("vLLM", run.get("vllm_version")),
         ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
@@ -163,7 +282,9 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "__ENVIRONMENT__": environment,
         "__COMMAND__": command,
         "__CELL_JSON__": repr(json.dumps(payload)),
-        "__STUB_C__": repr(STUB_SOURCE.read_text()),
+        "__STUB_C__": repr(STUB_SOURCE.read_text()) if lane != "gpu" else "None",
+        "__EMULATION_JSON__": repr(json.dumps(emulation)),
+        "__GRAPH_NOTE__": _graph_note(cell["axes"]),
     }
     for marker, value in replacements.items():
         text = text.replace(marker, value)
@@ -172,7 +293,12 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    text = script_for(report_document(Path(args.report)), args.cell, args.report, out.name)
+    report = report_document(Path(args.report))
+    text = script_for(report, args.cell, args.report, out.name)
     write_atomic(out, text.encode())
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
+    cell = next(c for c in report["cells"] if isinstance(c, dict) and c.get("id") == args.cell)
+    run_of = next((r for r in report["runs"] if r.get("key") == cell.get("run")), report["runs"][0])
+    for note in notes(str(cell.get("lane") or run_of.get("lane")), cell["axes"]):
+        print(f"note: {note}")
     return 0
