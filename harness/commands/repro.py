@@ -31,10 +31,10 @@ from typing import Any
 from harness.atomic import write_atomic
 from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
+from harness.contracts.lanes import GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
 from harness.findings import Finding, FindingKind
-from harness.contracts.lanes import GpuEmulatedOptions
 from harness.lanes.gpu.emulated import EmulatedHost
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.verdict import VERDICTS, Verdict
@@ -80,17 +80,17 @@ def _matrix(run: dict[str, Any]) -> Matrix | None:
     return None
 
 
-def _matrix_cell(cell_id: str, matrix: Matrix | None, source: str) -> Cell:
+def _matrix_cell(cell_id: str, matrix: Matrix | None, source: str) -> tuple[Matrix, Cell]:
+    """The run's matrix and the cell as it expands there (what a kernel lane drew its inputs from)."""
     found = next((c for c in expand(matrix) if c.id == cell_id), None) if matrix is not None else None
-    if found is None:
+    if matrix is None or found is None:
         raise InputError(source, f"cells.{cell_id}", "the run's matrix cannot be read or no longer holds this cell")
-    return found
+    return matrix, found
 
 
 def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
     """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
-    found = _matrix_cell(cell_id, matrix, source)
-    assert matrix is not None
+    matrix, found = _matrix_cell(cell_id, matrix, source)
     options = matrix.lane_options
     contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
@@ -116,20 +116,25 @@ def _gpu_refusal(lane: str, cell: dict[str, Any], found: Cell, accepted: list[st
     return None
 
 
-def _gpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
-    """What the gpu lanes drew the cell's inputs from: its seed, contexts, tolerance, shape, block size."""
-    found = _matrix_cell(cell_id, matrix, source)
-    assert matrix is not None
+def _gpu_inputs(
+    lane: str, cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the gpu lanes drew the cell's inputs from (seed, contexts, tolerance, head size, block
+    size, whether it was captured) and, for gpu-emulated, the generation the script simulates and
+    its SM count; refused where the script cannot reproduce the cell."""
+    matrix, found = _matrix_cell(cell_id, matrix, source)
+    accepted = _correct_behaviour(cell, cell_id, source).get("accepted", [cell["expected"]])
+    if (refusal := _gpu_refusal(lane, cell, found, accepted)) is not None:
+        raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     options = matrix.lane_options
     axes = cell["axes"]
     contexts = LONG_CONTEXT_LENS if axes.get("context") == "long" else options.context_lens
     tolerance = cell.get("tolerance")
-    if tolerance is None:  # the cell ended before the comparison: the lane's rule for an fp8 KV cache
-        rounded_kv = axes.get("kv_cache_dtype", "auto") != "auto" or str(axes.get("draft_kv_cache_dtype", "")).startswith(
-            "fp8"
-        )
+    if tolerance is None:  # the cell ended before the comparison: the lane's rule for a rounded KV cache
+        draft_kv = str(axes.get("draft_kv_cache_dtype", "target"))
+        rounded_kv = axes.get("kv_cache_dtype", "auto") != "auto" or draft_kv.startswith("fp8")
         tolerance = max(found.tolerance or 0.0, options.kv_fp8_tolerance) if rounded_kv else found.tolerance
-    return {
+    inputs = {
         "seed": found.seed + options.seed,
         "context_lens": list(contexts),
         "tolerance": tolerance,
@@ -137,18 +142,14 @@ def _gpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
         "block_size": options.block_size,
         "graph": eager_only(axes),
     }
-
-
-def _emulation(lane: str, cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any] | None:
-    """For a gpu-emulated cell: the generation the script simulates and its SM count."""
     if lane != "gpu_emulated":
-        return None
-    assert matrix is not None  # _gpu_inputs has read it
-    capability = str(cell["axes"].get("capability"))
-    sm_counts = matrix.lane_options.sm_counts
-    if capability not in sm_counts:
-        raise InputError(source, f"cells.{cell_id}.axes.capability", "the matrix's sm_counts has no entry", sm_counts)
-    return {"capability": capability, "sm_count": int(sm_counts[capability])}
+        return inputs, None
+    capability = str(axes.get("capability"))
+    if capability not in options.sm_counts:
+        raise InputError(
+            source, f"cells.{cell_id}.axes.capability", "the matrix's sm_counts has no entry", options.sm_counts
+        )
+    return inputs, {"capability": capability, "sm_count": int(options.sm_counts[capability])}
 
 
 def notes(lane: str, axes: dict[str, Any]) -> list[str]:
@@ -231,11 +232,6 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
             source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
         )
     matrix = _matrix(run)
-    if lane in GPU_LANES:
-        accepted = _correct_behaviour(cell, cell_id, source).get("accepted", [cell["expected"]])
-        refusal = _gpu_refusal(lane, cell, _matrix_cell(cell_id, matrix, source), accepted)
-        if refusal is not None:
-            raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     options = dict(matrix.options) if matrix is not None else {}
     payload = {
         "id": cell_id,
@@ -251,9 +247,10 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     payload.update(_correct_behaviour(cell, cell_id, source))
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
+    emulation = None
     if lane in GPU_LANES:
-        payload.update(_gpu_inputs(cell, cell_id, matrix, source))
-    emulation = _emulation(lane, cell, cell_id, matrix, source)
+        inputs, emulation = _gpu_inputs(lane, cell, cell_id, matrix, source)
+        payload.update(inputs)
     facts = [
         ("vLLM", run.get("vllm_version")),
         ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
