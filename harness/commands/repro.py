@@ -10,7 +10,8 @@ paste into an upstream issue. Cells of the selection, cpu, gpu and gpu-emulated 
 A gpu or gpu-emulated cell's script is one template (``gpu_cell.py.tmpl``): on a real GPU of the
 cell's capability, or, for gpu-emulated, on the CPU with the generation simulated and Triton's
 interpreter set up by the script itself (it compiles the stub libcuda.so.1 it carries with gcc
-where no libcuda.so.1 loads). It runs the layers eagerly only: a cell the lane captured in a CUDA
+where no libcuda.so.1 loads); it exits 2 where it cannot run (no GPU of the cell's capability; no
+libcuda.so.1 and no gcc). It runs the layers eagerly only: a cell the lane captured in a CUDA
 graph says so in its script and here, and a cell whose expectation rests on the capture, or on
 the loader differential, is refused.
 
