@@ -12,8 +12,8 @@ cell's capability, or, for gpu-emulated, on the CPU with the generation simulate
 interpreter set up by the script itself (it compiles the stub libcuda.so.1 it carries with gcc
 where no libcuda.so.1 loads); it exits 2 where it cannot run (no GPU of the cell's capability; no
 libcuda.so.1 and no gcc). It runs the layers eagerly only: a cell the lane captured in a CUDA
-graph says so in its script and here, and a cell whose expectation rests on the capture, or on
-the loader differential, is refused.
+graph says so in its script and here, and a cell whose expectation rests on the capture (the same
+cell run eagerly is expected otherwise), or on the loader differential, is refused.
 
 A cell under a finding (a known vLLM bug, harness/findings.py) is expected, in the report, to
 show the bug. Its script expects vLLM's correct behaviour instead: what the cell gets without the
@@ -25,6 +25,7 @@ was written from. A harness limitation is no vLLM bug: its script keeps the reco
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from harness.bundled import matrix_path
 from harness.contracts.lanes import GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
+from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
 from harness.lanes.gpu.emulated import EmulatedHost
 from harness.matrix import Cell, Matrix, expand, load_matrix
@@ -103,7 +105,9 @@ def eager_only(axes: dict[str, Any]) -> bool:
     return axes.get("cudagraph") == "graph" and axes.get("loader", "v2") == "v2"
 
 
-def _gpu_refusal(lane: str, cell: dict[str, Any], found: Cell, accepted: list[str]) -> tuple[str, str] | None:
+def _gpu_refusal(
+    lane: str, cell: dict[str, Any], found: Cell, accepted: list[str], expectations: ExpectationSet
+) -> tuple[str, str] | None:
     """Why the gpu script cannot reproduce this cell: (key under the cell, problem), or None."""
     axes = cell["axes"]
     if axes.get("method", "dflash") != "dflash":
@@ -112,20 +116,30 @@ def _gpu_refusal(lane: str, cell: dict[str, Any], found: Cell, accepted: list[st
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
         return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
-    if eager_only(axes) and {"unsupported", "unavailable"} & set(accepted):
-        return "axes.cudagraph", "this cell's expectation rests on its CUDA-graph capture; the script runs eagerly only"
+    if eager_only(axes):
+        # The same cell run eagerly: where the expectations judge it otherwise, the verdict rests on
+        # the capture (a builder's graph support, a replay-only bug), which an eager script cannot show.
+        eager = dataclasses.replace(found, axes=tuple((k, "eager" if k == "cudagraph" else v) for k, v in found.axes))
+        captured, twin = expectations.for_cell(found).verdict, expectations.for_cell(eager).verdict
+        if captured != twin:
+            return (
+                "axes.cudagraph",
+                f"this cell's expectation ({captured}) rests on its CUDA-graph capture (run eagerly it is "
+                f"expected {twin}); the script runs the layers eagerly only",
+            )
     return None
 
 
 def _gpu_inputs(
-    lane: str, cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str
+    lane: str, run: dict[str, Any], cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """What the gpu lanes drew the cell's inputs from (seed, contexts, tolerance, head size, block
     size, whether it was captured) and, for gpu-emulated, the generation the script simulates and
     its SM count; refused where the script cannot reproduce the cell."""
     matrix, found = _matrix_cell(cell_id, matrix, source)
     accepted = _correct_behaviour(cell, cell_id, source).get("accepted", [cell["expected"]])
-    if (refusal := _gpu_refusal(lane, cell, found, accepted)) is not None:
+    expectations = expectations_for(matrix, run.get("expectations_release") or run.get("vllm_version"))
+    if (refusal := _gpu_refusal(lane, cell, found, accepted, expectations)) is not None:
         raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     options = matrix.lane_options
     axes = cell["axes"]
@@ -250,7 +264,7 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
     emulation = None
     if lane in GPU_LANES:
-        inputs, emulation = _gpu_inputs(lane, cell, cell_id, matrix, source)
+        inputs, emulation = _gpu_inputs(lane, run, cell, cell_id, matrix, source)
         payload.update(inputs)
     facts = [
         ("vLLM", run.get("vllm_version")),

@@ -334,6 +334,14 @@ def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
     v1 = _written(tmp_path / "v1", "gpu_emulated", "sm90-TRITON_ATTN-causal-sink-bf16-v1-graph")
     assert _payload(v1)["graph"] is False and "Model Runner V1 never captures draft attention" in v1
     assert "eager only" not in capsys.readouterr().out
+    # An over-claim judged the same eagerly as captured: its eager script asserts vLLM's correct behaviour.
+    matrix, cells = _bundled("gpu")
+    hpc = cells["sm90-HPC_ATTN-causal-nosink-bf16-v2-graph"]
+    built_nothing = decide(hpc, Observation("HPC_ATTN"), expectations_for(matrix, "0.33.0").for_cell(hpc)).to_json()
+    assert built_nothing["finding"] is not None
+    judged = {k: v for k, v in built_nothing.items() if k in ("verdict", "expected", "message", "finding", "correct")}
+    text = _written(tmp_path / "hpc", "gpu", hpc.id, **judged)
+    assert _payload(text)["graph"] is True and _payload(text)["accepted"] == ["pass", "unsupported"]
 
 
 @pytest.mark.parametrize(
@@ -342,7 +350,12 @@ def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
         ("gpu_emulated", "sm90-FLASH_ATTN-causal-nosink-bf16-v2", {}, "axes.backend: unavailable on the emulated host"),
         ("gpu_emulated", "sm90-FLEX_ATTENTION-causal-nosink-bf16-v1-graph", {}, "Inductor's C++ kernel"),
         ("gpu", "sm90-auto-dspark-causal-sink-hd256-bf16-v2-long", {}, "axes.method: the gpu repro writes DFlash"),
-        ("gpu", "sm100-FLASHINFER-noncausal-sink-bf16-v2-graph", {}, "axes.cudagraph: this cell's expectation rests"),
+        (
+            "gpu",
+            "sm100-FLASHINFER-noncausal-sink-bf16-v2-graph",
+            {},
+            "axes.cudagraph: this cell's expectation (unsupported) rests",
+        ),
         ("gpu_emulated", GPU_CELL, {"verdict": "loader-diff"}, "verdict: the script does not build Model Runner V1"),
     ],
 )
