@@ -99,9 +99,9 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
 
 
-def eager_only(axes: dict[str, Any]) -> bool:
-    """Whether the gpu lanes ran the cell captured in a CUDA graph, which the script does not do
-    (Model Runner V1 never captures draft attention: its graph cells ran eagerly there too)."""
+def captured_in_graph(axes: dict[str, Any]) -> bool:
+    """Whether the gpu lanes ran the cell captured in a CUDA graph, which the script (eager only) does
+    not do (Model Runner V1 never captures draft attention: its graph cells ran eagerly there too)."""
     return axes.get("cudagraph") == "graph" and axes.get("loader", "v2") == "v2"
 
 
@@ -116,7 +116,7 @@ def _gpu_refusal(
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
         return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
-    if eager_only(axes):
+    if captured_in_graph(axes):
         # The same cell run eagerly: where the expectations judge it otherwise, the verdict rests on
         # the capture (a builder's graph support, a replay-only bug), which an eager script cannot show.
         eager = dataclasses.replace(found, axes=tuple((k, "eager" if k == "cudagraph" else v) for k, v in found.axes))
@@ -155,7 +155,7 @@ def _gpu_inputs(
         "tolerance": tolerance,
         "head_dim": options.head_dim,
         "block_size": options.block_size,
-        "graph": eager_only(axes),
+        "graph": captured_in_graph(axes),
     }
     if lane != "gpu_emulated":
         return inputs, None
@@ -170,7 +170,7 @@ def _gpu_inputs(
 def notes(lane: str, axes: dict[str, Any]) -> list[str]:
     """What the script cannot do, said where it is written (and in the script itself)."""
     said = []
-    if lane in GPU_LANES and eager_only(axes):
+    if lane in GPU_LANES and captured_in_graph(axes):
         said.append(
             "eager only: the lane captured this cell in a CUDA graph and replayed it; the script runs its layers "
             "eagerly, so a failure only the replay shows does not reproduce (exit 0 does not clear it)"
@@ -186,20 +186,17 @@ def notes(lane: str, axes: dict[str, Any]) -> list[str]:
     return said
 
 
-_GRAPH_NOTES = {
-    "eager": "This cell ran eagerly in the lane too (cudagraph = eager).",
-    "v1": "Model Runner V1 never captures draft attention, so this graph cell ran eagerly in the lane too.",
-    "captured": (
-        "This cell ran captured in a CUDA graph and replayed (cudagraph = graph, loader v2): this script\n"
-        "does not capture it, so a failure only the replay shows does not reproduce here (exit 0 does not clear it)."
-    ),
-}
-
-
 def _graph_note(axes: dict[str, Any]) -> str:
-    if eager_only(axes):
-        return _GRAPH_NOTES["captured"]
-    return _GRAPH_NOTES["v1" if axes.get("cudagraph") == "graph" else "eager"]
+    """The script's own word on graphs (its docstring)."""
+    if captured_in_graph(axes):
+        return (
+            "This cell ran captured in a CUDA graph and replayed (cudagraph = graph, loader v2): this script\n"
+            "does not capture it, so a failure only the replay shows does not reproduce here (exit 0 does not "
+            "clear it)."
+        )
+    if axes.get("cudagraph") == "graph":
+        return "Model Runner V1 never captures draft attention, so this graph cell ran eagerly in the lane too."
+    return "This cell ran eagerly in the lane too (cudagraph = eager)."
 
 
 def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[str, Any]:
@@ -232,14 +229,19 @@ def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[
     }
 
 
-def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
+def _cell_of(report: dict[str, Any], cell_id: str, source: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The cell's record, its run and its lane."""
     cells = {cell.get("id"): cell for cell in report["cells"] if isinstance(cell, dict)}
     if cell_id not in cells:
         raise InputError(source, "cells", f"the report has no cell {cell_id!r}")
     cell = cells[cell_id]
     # A merged report holds several runs; the cell names its run by key (schema 2).
     run = next((r for r in report["runs"] if r.get("key") == cell.get("run")), report["runs"][0])
-    lane = str(cell.get("lane") or run.get("lane"))
+    return cell, run, str(cell.get("lane") or run.get("lane"))
+
+
+def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
+    cell, run, lane = _cell_of(report, cell_id, source)
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
     if lane == "selection" and cell["axes"].get("method", "dflash") != "dflash":
@@ -309,8 +311,7 @@ def run(args: argparse.Namespace) -> int:
     text = script_for(report, args.cell, args.report, out.name)
     write_atomic(out, text.encode())
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
-    cell = next(c for c in report["cells"] if isinstance(c, dict) and c.get("id") == args.cell)
-    run_of = next((r for r in report["runs"] if r.get("key") == cell.get("run")), report["runs"][0])
-    for note in notes(str(cell.get("lane") or run_of.get("lane")), cell["axes"]):
+    cell, _, lane = _cell_of(report, args.cell, args.report)
+    for note in notes(lane, cell["axes"]):
         print(f"note: {note}")
     return 0
