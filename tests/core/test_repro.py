@@ -426,3 +426,37 @@ def test_a_gpu_script_without_the_cells_gpu_says_so_in_one_line_and_exits_2(
         script_main()
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and fragment in err[0] and "capability 9.0" in err[0], err
+
+
+def test_a_selection_script_without_libcuda_or_gcc_cannot_run_and_exits_2_not_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 means "the failure reproduces": a machine that cannot build the stub driver is not that."""
+    import ctypes
+    import shutil
+    import types
+
+    ident = "sm90-TRITON_ATTN-causal-sink-v2-cubin"
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": "0.33.0"}],
+        "cells": [{**_recorded(ident, "0.33.0", "pass"), "run": RUN["key"]}],
+    }
+    (tmp_path / "matrix.json").write_text(json.dumps(document))
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(tmp_path), "--out", str(script)]) == 0
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        namespace["load_libcuda"](tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "gcc not found" in err[0]
