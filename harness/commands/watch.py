@@ -403,6 +403,8 @@ def _check_repro(env: Path, script: Path, new_verdict: str, new_message: str) ->
     )
     said = [line for line in done.stdout.splitlines() if line.startswith(("observed", "the observed", "FAILURE"))]
     raised = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "")
+    if done.returncode == 2:  # the script cannot run here (no libcuda, no gcc): no answer either way
+        return {"checked": False, "why": raised or "the script says it cannot run here"}
     asserted = "FAILURE REPRODUCES" in done.stdout
     same_crash = new_verdict == "crash" and bool(raised) and raised.strip()[:60] in new_message
     how = "asserted" if asserted else "raised the cell's error" if same_crash else "did not reproduce"

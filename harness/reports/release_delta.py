@@ -182,7 +182,7 @@ def _repro_line(repro: Mapping[str, Any]) -> str:
         return f"not written: {repro.get('why')}"
     where = f"`{repro['script']}` (cell `{repro['cell']}`)"
     if not repro.get("checked"):
-        return f"{where}; not run here (no env of this release at hand)"
+        return f"{where}; not run here ({repro.get('why') or 'no env of this release at hand'})"
     said = f"reproduces ({repro['how']})" if repro["reproduces"] else f"does NOT reproduce (exit {repro['exit']})"
     return f"{where}; run on the release: {said} in {repro['seconds']} s: {repro['last_line']}"
 
