@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -39,7 +40,7 @@ FINDING = Finding(
     measured="a synthetic history",
     upstream="unreported",
 )
-SINK = {"sink": True, "lane": "selection"}
+SINK: dict[str, Any] = {"sink": True, "lane": "selection"}
 
 
 def _bug(causal: bool) -> CellResult:
@@ -131,7 +132,9 @@ def test_the_command_gives_every_page_and_the_index_the_historys_releases(
     index = (out / "index.md").read_text()
     assert "| first bad (history) | last good (history) | cells showing it per release (history) |" in index
     assert "| 0.24.0 | 0.23.0 | 0.22.0 0/2 · 0.23.0 0/2 · 0.24.0 2/2 · 0.24.1 1/1 · 0.25.0 0/2 |" in index
-    assert "history " + str(history) + ": first bad 0.24.0, last good 0.23.0, fixed in 0.25.0" in capsys.readouterr().out
+    assert (
+        "history " + str(history) + ": first bad 0.24.0, last good 0.23.0, fixed in 0.25.0" in capsys.readouterr().out
+    )
 
 
 def test_a_history_of_another_machine_says_it_holds_none_of_the_cells(tmp_path: Path) -> None:
@@ -154,5 +157,7 @@ def test_a_folder_that_is_no_history_is_one_line_and_exit_2(
     out = tmp_path / "pages"
     assert main(["findings", str(history / "releases" / "0.24.0"), "--history", str(history), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"dflash-matrix: {history}: not a history report: no {missing} (give a `dflash-matrix history` --out folder)"]
+    assert err == [
+        f"dflash-matrix: {history}: not a history report: no {missing} (give a `dflash-matrix history` --out folder)"
+    ]
     assert not out.exists()  # nothing written before the input is checked
