@@ -67,11 +67,17 @@ def _installed_vllm() -> str | None:
 def _repro(item: FindingInRun, document: dict[str, object], source: str, out: Path) -> ReproRun:
     if item.finding.kind not in UPSTREAM_KINDS:
         return ReproRun(None, None, f"a {item.finding.kind.value}: nothing to reproduce upstream")
-    cell, name = item.cells[0], f"{item.anchor}-repro.py"
-    try:
-        text = script_for(document, cell, source, name)
-    except InputError as error:
-        return ReproRun(None, cell, error.problem)
+    name = f"{item.anchor}-repro.py"
+    # The first of its cells repro writes a script for (a selection script builds DFlash drafts only).
+    refusals: list[InputError] = []
+    for cell in item.cells:
+        try:
+            text = script_for(document, cell, source, name)
+            break
+        except InputError as error:
+            refusals.append(error)
+    else:
+        return ReproRun(None, item.cells[0], refusals[0].problem)
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(text)
     release = item.run.vllm_version

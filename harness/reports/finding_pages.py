@@ -28,6 +28,12 @@ from harness.result import CellResult
 
 # The kinds a page is written for: those with something to hand upstream.
 UPSTREAM_KINDS = (FindingKind.UPSTREAM_BUG, FindingKind.OVER_CLAIM)
+# What each target family (harness.axes.TARGET_MODELS) stands for in a user's configuration.
+_TARGETS = {
+    "qwen3": "<a Qwen3 target>",
+    "mistral_swa": "<a target with a model-level sliding_window and no layer_types, e.g. Mistral-7B-v0.1>",
+    "gemma3_mm": "<a multimodal prefix-LM target, e.g. Gemma 3 (Gemma3ForConditionalGeneration)>",
+}
 # The axes every affected-cells table shows, whether or not they differ between the cells.
 _ALWAYS = ("capability", "backend")
 
@@ -108,7 +114,9 @@ def user_configuration(axes: Mapping[str, Any], target_backend: str | None = Non
         speculative["attention_backend"] = axes["backend"]
     if axes.get("draft_kv_cache_dtype", "target") != "target":
         speculative["kv_cache_dtype"] = axes["draft_kv_cache_dtype"]
-    arguments: dict[str, Any] = {"model": "<a Qwen3 target>", "speculative_config": speculative}
+    family = str(axes.get("target_model", "qwen3"))
+    model = _TARGETS.get(family, f"<a {family} target>")
+    arguments: dict[str, Any] = {"model": model, "speculative_config": speculative}
     target = str(axes.get("target_attention", "auto"))
     if target.startswith(TARGET_KIND_PREFIX):
         name = target.removeprefix(TARGET_KIND_PREFIX)
