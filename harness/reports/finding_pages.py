@@ -214,9 +214,16 @@ def findings_index(
     lines = ["# Findings", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for item in report.findings:
         finding = item.finding
-        title = f"[{md(finding.title)}]({page_name(item)})" if item.anchor in repros else md(finding.title)
+        # A page (and a script) only for what there is to hand upstream: no link, no repro for a harness limit.
+        upstream = finding.kind in UPSTREAM_KINDS
+        title = f"[{md(finding.title)}]({page_name(item)})" if upstream else md(finding.title)
         repro = repros.get(item.anchor)
-        ran = "-" if repro is None else (f"exit {repro.exit_status}" if repro.exit_status is not None else "not run")
+        if not upstream or repro is None:
+            ran = "-"
+        elif repro.exit_status is not None:
+            ran = f"exit {repro.exit_status}"
+        else:
+            ran = "not run" if repro.script else "no script"
         lines.append(
             f"| {title} | {finding.kind.value} | {md(finding.upstream_status)} | {md(finding.since())} "
             f"| {md(item.run.label)} | {len(item.cells)} | {md(item.status)} | {ran} |"

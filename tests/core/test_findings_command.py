@@ -60,6 +60,8 @@ def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys
     index = (out / "index.md").read_text()
     assert "(target-per-kind-backend-overrides-draft.md)" in index
     assert "ROCm backends whose checks query torch.cuda" in index and "harness-limitation" in index
+    assert "(rocm-checks-need-a-driver.md)" not in index  # no page for a harness limitation, so no link
+    assert "| 0.26.0 |" in index and "| not run |" in index and "| - |" in index
     printed = capsys.readouterr().out
     assert "not run here" in printed and "wrote 1 page(s), 1 repro script(s) and index.md" in printed
 
