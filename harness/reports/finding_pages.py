@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
 from harness.axes import TARGET_KIND_PREFIX
 from harness.findings import FindingKind
@@ -73,17 +73,35 @@ class FindingHistory:
         per_release = f"; cells showing it per release: {measured.per_release()}" if measured.releases else ""
         return f"history {self.source}: first bad {self.first_bad()}, last good {self.last_good()}{fixed}{per_release}"
 
+    def contradiction(self, recorded: Version) -> str | None:
+        """Where the history contradicts the findings file's ``first_release``: it shows the finding earlier,
+        or it ran a release at or before that one and shows it only later. None: it agrees, or it starts
+        after that release (and cannot tell), or its releases are no plain versions."""
+        measured = self.measured
+        if measured.first_bad is None:
+            return None
+        try:
+            first, oldest = Version(measured.first_bad), Version(measured.releases[0])
+        except InvalidVersion:  # a label with its torch build (one release run under two)
+            return None
+        if first < recorded:
+            return f"the history shows it in {first}, before the first release the findings file records ({recorded})"
+        if first > recorded and oldest <= recorded:
+            return f"the findings file records first release {recorded}; the history shows it only from {first}"
+        return None
+
     def section(self, recorded: Version) -> list[str]:
         measured = self.measured
         if not measured.releases:
             return [f"- history `{self.source}`: it holds none of this finding's cells on {md(measured.slot)}"]
         lines = [
             f"- history `{self.source}` (vLLM {measured.releases[0]} to {measured.releases[-1]}, "
-            f"{len(measured.releases)} releases, {md(measured.slot)}): first bad release {self.first_bad()}; "
+            f"{len(measured.releases)} release{'s' if len(measured.releases) > 1 else ''}, {md(measured.slot)}): "
+            f"first bad release {self.first_bad()}; "
             f"last good: {self.last_good()}" + (f"; fixed in {measured.fixed_in}" if measured.fixed_in else ""),
         ]
-        if measured.first_bad is not None and measured.first_bad != str(recorded):
-            lines.append(f"- the findings file records first release {recorded}: the history measures otherwise")
+        if (contradiction := self.contradiction(recorded)) is not None:
+            lines.append(f"- {contradiction}")
         lines += [
             "",
             "| release | cells showing it | cells without it | cells that gave a verdict |",

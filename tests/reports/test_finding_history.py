@@ -20,7 +20,8 @@ from harness.cli import main
 from harness.expectations import Expectation
 from harness.findings import Finding, FindingKind
 from harness.reports.build import render_reports, write_files
-from harness.reports.history import finding_releases, history_json, release_history
+from harness.reports.finding_pages import FindingHistory
+from harness.reports.history import FindingReleases, finding_releases, history_json, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
 from harness.result import CellResult
@@ -161,3 +162,19 @@ def test_a_folder_that_is_no_history_is_one_line_and_exit_2(
         f"dflash-matrix: {history}: not a history report: no {missing} (give a `dflash-matrix history` --out folder)"
     ]
     assert not out.exists()  # nothing written before the input is checked
+
+
+@pytest.mark.parametrize(
+    ("recorded", "said"),
+    [
+        ("0.24.0", None),  # as measured
+        ("0.25.0", "the history shows it in 0.24.0, before the first release the findings file records (0.25.0)"),
+        ("0.23.0", "the findings file records first release 0.23.0; the history shows it only from 0.24.0"),
+        ("0.21.0", None),  # before the history's oldest release: it cannot tell
+    ],
+)
+def test_a_page_says_where_the_history_contradicts_the_recorded_first_release(recorded: str, said: str | None) -> None:
+    measured = FindingReleases(FINDING.id, "slot", tuple(RELEASES), (0, 0, 2, 1, 0), (0, 2, 0, 0, 2), (2, 2, 2, 1, 2))
+    history = FindingHistory("history", measured)
+    assert history.contradiction(Version(recorded)) == said
+    assert (f"- {said}" in history.section(Version(recorded))) == (said is not None)
