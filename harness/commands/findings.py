@@ -70,15 +70,16 @@ def _repro(item: FindingInRun, document: dict[str, object], source: str, out: Pa
         return ReproRun(None, None, f"a {item.finding.kind.value}: nothing to reproduce upstream")
     name = f"{item.anchor}-repro.py"
     # The first of its cells repro writes a script for (a selection script builds DFlash drafts only).
-    refusals: list[InputError] = []
+    refusal: InputError | None = None
     for cell in item.cells:
         try:
             text = script_for(document, cell, source, name)
             break
         except InputError as error:
-            refusals.append(error)
+            refusal = refusal or error
     else:
-        return ReproRun(None, item.cells[0], refusals[0].problem)
+        assert refusal is not None  # a finding is in a run through its cells
+        return ReproRun(None, item.cells[0], refusal.problem)
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_text(text)
     release = item.run.vllm_version
