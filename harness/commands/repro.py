@@ -31,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_atomic
+from harness.attention import audit
+from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
 from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
-from harness.contracts.lanes import GpuEmulatedOptions
+from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
@@ -97,6 +99,23 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
     options = matrix.lane_options
     contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
+
+
+def _selection_checkpoints(axes: dict[str, Any], head_dim: int) -> dict[str, Any]:
+    """The cell's target and draft configs as the selection lane writes them (harness.attention.configs:
+    the target's family, e.g. a model-level window or a multimodal prefix-LM), and what each draft layer
+    asks for (the lane's effective-settings audit, harness.attention.audit)."""
+    shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
+    draft_shape = dataclasses.replace(shape, head_dim=int(axes.get("head_size") or head_dim))
+    spec = DraftSpec(causal=bool(axes["causal"]), sink=bool(axes["sink"]), method=str(axes.get("method", "dflash")))
+    own = str(SELECTION.value(axes, "draft_kv_cache_dtype"))
+    kv_cache_dtype = str(SELECTION.value(axes, "kv_cache_dtype")) if own == "target" else own
+    return {
+        "target_config": target_config(shape, str(SELECTION.value(axes, "target_model"))),
+        "draft_config": draft_config(spec, draft_shape),
+        "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft_shape, None), kv_cache_dtype)),
+        "settings": list(audit.SETTINGS),
+    }
 
 
 def captured_in_graph(axes: dict[str, Any]) -> bool:
@@ -266,6 +285,8 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     payload.update(_correct_behaviour(cell, cell_id, source))
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
+    if lane == "selection":
+        payload.update(_selection_checkpoints(cell["axes"], payload["head_dim"]))
     emulation = None
     if lane in GPU_LANES:
         inputs, emulation = _gpu_inputs(lane, run, cell, cell_id, matrix, source)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import json
 import sys
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from harness.attention import audit
+from harness.attention.configs import SELECTION_SHAPE, target_config
 from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import expectations_for
@@ -73,7 +76,12 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     assert "__" + "CELL_JSON__" not in text and "vLLM: 0.24.0" in text and "vllm==0.24.0" in text
     namespace: dict[str, object] = {}
     exec(compile(text.split("\ndef load_libcuda", 1)[0], "repro", "exec"), namespace)
-    assert namespace["CELL"] == {
+    payload = namespace["CELL"]
+    assert isinstance(payload, dict)
+    checkpoints = {key: payload.pop(key) for key in ("target_config", "draft_config", "asked", "settings")}
+    assert checkpoints["target_config"]["architectures"] == ["Qwen3ForCausalLM"]  # the cell's (default) target
+    assert checkpoints["asked"][0]["sinks"] is True and checkpoints["asked"][0]["sliding_window"] is None
+    assert payload == {
         "id": CELL["id"],
         "axes": CELL["axes"],
         "expected": "pass",
@@ -460,3 +468,85 @@ def test_a_selection_script_without_libcuda_or_gcc_cannot_run_and_exits_2_not_1(
         namespace["load_libcuda"](tmp_path)
     err = capsys.readouterr().err.strip().splitlines()
     assert exited.value.code == 2 and len(err) == 1 and "gcc not found" in err[0]
+
+
+SEAM_CELLS = {
+    "target-window-reaches-draft": "sm90-FLASH_ATTN-noncausal-nosink-tgtmodel.mistralswa-v2-cubin",
+    "target-mm-prefix-reaches-draft": "sm90-TRITON_ATTN-noncausal-nosink-tgtmodel.gemma3mm-v1-cubin",
+}
+
+
+def _seam_report(folder: Path, ident: str, lost: str) -> Path:
+    """A 0.33.0 selection report of one target_model cell that shows its finding (wrong-setting)."""
+    matrix = load_matrix(matrix_path("selection"))
+    cell = next(c for c in expand(matrix) if c.id == ident)
+    backend = str(cell.get("backend"))
+    seen = Observation(backend, platform_choice=backend, observed_backends=(backend,), lost_settings=(lost,))
+    recorded = decide(cell, seen, expectations_for(matrix, "0.33.0").for_cell(cell)).to_json()
+    assert recorded["outcome"] == "match" and recorded["finding"] is not None
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": "0.33.0"}],
+        "cells": [{**recorded, "run": RUN["key"]}],
+    }
+    folder.mkdir()
+    (folder / "matrix.json").write_text(json.dumps(document))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("finding", "family", "setting", "bug"),
+    [
+        ("target-window-reaches-draft", "mistral_swa", "sliding_window", 64),
+        ("target-mm-prefix-reaches-draft", "gemma3_mm", "mm_prefix", True),
+    ],
+)
+def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_draft_layer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finding: str, family: str, setting: str, bug: object
+) -> None:
+    """The script writes the cell's own target (the lane's config of its family: a model-level window, a
+    multimodal prefix-LM) and compares each draft layer's settings with what its draft asked for: the
+    target's setting on a layer is wrong-setting (exit 1), the layer as asked is the pass the finding's
+    script expects (exit 0)."""
+    ident = SEAM_CELLS[finding]
+    asked_for = "none" if setting == "sliding_window" else "False"
+    lost = f"model.layers.0.self_attn.attn: {setting} is {bug}, the draft asked for {asked_for}"
+    report = _seam_report(tmp_path / "report", ident, lost)
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(report), "--out", str(script)]) == 0
+    payload = _payload(script.read_text())
+    assert payload["finding"]["id"] == finding and payload["accepted"] == ["pass"]
+    shape = dataclasses.replace(SELECTION_SHAPE, head_dim=128)  # the matrix's head_dim option
+    assert payload["target_config"] == json.loads(json.dumps(target_config(shape, family)))
+    assert payload["draft_config"]["architectures"] == ["DFlashDraftModel"]
+    assert payload["settings"] == list(audit.SETTINGS)
+    [asked] = payload["asked"]
+    assert (asked["sliding_window"], asked["kv_cache_spec_window"], asked["mm_prefix"]) == (None, None, False)
+    assert (asked["head_size"], asked["kv_cache_dtype"], asked["sinks"]) == (128, "auto", False)
+
+    import types
+
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    as_asked = {key: asked[key] for key in ("head_size", "num_kv_heads", "sliding_window", "sinks", "scale")}
+    layer = types.SimpleNamespace(
+        **as_asked,
+        kv_cache_dtype="auto",
+        use_mm_prefix=False,
+        has_sink=False,
+        impl=types.SimpleNamespace(scale=asked["scale"]),
+        get_kv_cache_spec=lambda config: types.SimpleNamespace(sliding_window=asked["sliding_window"]),
+    )
+    name = "model.layers.0.self_attn.attn"
+    carried = namespace["layer_settings"](layer, None)
+    assert set(carried) == set(audit.SETTINGS) - {"causal"}  # the loader's causal flag is the lane's alone
+    assert namespace["differences"]([name], [carried]) == []
+    setattr(layer, "use_mm_prefix" if setting == "mm_prefix" else setting, bug)
+    if setting == "sliding_window":
+        layer.get_kv_cache_spec = lambda config: types.SimpleNamespace(sliding_window=bug)
+    found = namespace["differences"]([name], [namespace["layer_settings"](layer, None)])
+    assert found[0] == lost
+    assert _script_exit(script, ("wrong-setting", "; ".join(found)), monkeypatch)[0] == 1
+    assert _script_exit(script, ("pass", "every draft layer carries its settings"), monkeypatch)[0] == 0
