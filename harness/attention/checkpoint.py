@@ -12,6 +12,7 @@ checkpoint of that shape has, and no sink values to remember.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,19 @@ WEIGHTED_TARGETS = ("qwen3", "mistral_swa")
 TARGET_WINDOW = 64
 
 
+# The target's attention geometry per harness.axes.TARGET_HEADS, from each family's config.json
+# (num_attention_heads, num_key_value_heads, head_dim); qwen3 keeps the lane's own shape.
+TARGET_HEADS: dict[str, tuple[int, int, int]] = {"llama3_2": (32, 8, 64), "gemma3": (8, 4, 256)}
+
+
+def target_shape(shape: ModelShape, head: str) -> ModelShape:
+    """``shape`` with the target attention geometry ``head`` (harness.axes.TARGET_HEADS)."""
+    if head == "qwen3":
+        return shape
+    heads, kv_heads, head_dim = TARGET_HEADS[head]
+    return dataclasses.replace(shape, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+
+
 def _target_config(shape: ModelShape, family: str) -> dict[str, object]:
     """A target config of ``family`` (harness.axes.TARGET_MODELS) with ``shape``'s dimensions,
     written with the fields the real family's config.json carries for the property at stake."""
@@ -245,13 +259,28 @@ def _target_config(shape: ModelShape, family: str) -> dict[str, object]:
 
 
 def write_target(
-    root: Path, shape: ModelShape = ModelShape(), seed: int = 0, weights: bool = True, family: str = "qwen3"
+    root: Path,
+    shape: ModelShape = ModelShape(),
+    seed: int = 0,
+    weights: bool = True,
+    family: str = "qwen3",
+    dtype: str = "bfloat16",
+    head: str = "qwen3",
 ) -> Path:
+    """``dtype`` and ``head`` (harness.axes.TARGET_DTYPES, TARGET_HEADS) are written into a
+    config-only target alone: its ``torch_dtype`` and attention geometry, as a real target of that
+    dtype and family has them."""
     if not weights:
-        # One folder per family: a process may build drafts against several targets.
-        path = root / ("target" if family == "qwen3" else f"target-{family}")
-        _write(path, _target_config(shape, family), None)
+        # One folder per target: a process may build drafts against several targets.
+        parts = ((family, "qwen3"), (dtype, "bfloat16"), (head, "qwen3"))
+        name = "-".join(part for part, default in parts if part != default)
+        path = root / (f"target-{name}" if name else "target")
+        config = _target_config(target_shape(shape, head), family)
+        config["torch_dtype"] = dtype
+        _write(path, config, None)
         return path
+    if (dtype, head) != ("bfloat16", "qwen3"):
+        raise ValueError("a weighted target is written in bfloat16 with the lane's own shape")
     if family not in WEIGHTED_TARGETS:
         raise ValueError(f"no weights are written for the {family} target family (only {', '.join(WEIGHTED_TARGETS)})")
     generator = torch.Generator().manual_seed(seed)

@@ -1,14 +1,18 @@
 """The seam audit has teeth in the selection lane: a loader that lets the draft take the
-target's KV-cache dtype is wrong-setting, naming layer, setting and both values, in exactly
-the cells whose draft asked for its own dtype, and nowhere else."""
+target's KV-cache dtype (its own dropped, or an explicit "auto" read as unset), or builds the
+draft in its checkpoint's dtype instead of the target's, is wrong-setting, naming layer, setting
+and both values, in exactly the cells whose draft asked for something else, and nowhere else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.matrix import expand, load_matrix
+from harness.result import CellResult
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
@@ -42,3 +46,56 @@ def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_dr
     # lost before any layer is built, and stay so).
     assert "sm120-TRITON_ATTN-causal-sink-dkv-fp8-tgtkind.TRITON_ATTN-v2-cubin" in changed, sorted(changed)
     assert any(r.ok and r.axes["draft_kv_cache_dtype"] == "target" for r in results)
+
+
+def _plant_run(plant: str, keep: Callable[[dict[str, Any]], bool]) -> list[CellResult]:
+    cells = [c for c in expand(load_matrix(MATRIX)) if keep(c.values)]
+    return run_matrix(MATRIX, plants=[f"{seam_plants.__name__}:{plant}"], cell_ids=[c.id for c in cells])
+
+
+def _built_by_load_dflash_model(axes: Mapping[str, Any]) -> bool:
+    return axes["loader"] == "v2" and axes["method"] in ("dflash", "dflash2")
+
+
+def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exactly_behind_an_fp8_target() -> None:
+    results = _plant_run(
+        "explicit_auto_kv_is_unset",
+        lambda v: v["draft_kv_cache_dtype"] == "auto" or (v["capability"] == "9.0" and v["kv_cache_dtype"] != "auto"),
+    )
+    should = {
+        r.id
+        for r in results
+        if _built_by_load_dflash_model(r.axes)
+        and r.axes["draft_kv_cache_dtype"] == "auto"
+        and r.axes["kv_cache_dtype"] != "auto"
+        and r.expected == Verdict.PASS
+    }
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    for result in changed.values():
+        assert _built_by_load_dflash_model(result.axes), result.id
+        assert (result.axes["draft_kv_cache_dtype"], result.verdict) == ("auto", Verdict.WRONG_SETTING), result.id
+        target = result.axes["kv_cache_dtype"]
+        assert f"kv_cache_dtype is {target}, the draft asked for auto" in result.message, result.message
+        assert "kv_cache_torch_dtype is torch.uint8, the draft asked for torch." in result.message, result.message
+    assert should and should <= set(changed), sorted(should - set(changed))
+    # An unset draft dtype behind the same fp8 targets inherits theirs, planted or not.
+    inherited = [
+        r for r in results if r.axes["draft_kv_cache_dtype"] == "target" and r.axes["kv_cache_dtype"] != "auto"
+    ]
+    assert any(r.ok for r in inherited)
+
+
+def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_an_fp16_or_fp32_target() -> None:
+    results = _plant_run("draft_keeps_checkpoint_dtype", lambda v: v["capability"] == "9.0")
+    should = {
+        r.id
+        for r in results
+        if _built_by_load_dflash_model(r.axes) and r.axes["target_dtype"] != "bfloat16" and r.expected == Verdict.PASS
+    }
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    for result in changed.values():
+        assert _built_by_load_dflash_model(result.axes) and result.axes["target_dtype"] != "bfloat16", result.id
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+        wanted = f"dtype is torch.bfloat16, the draft asked for torch.{result.axes['target_dtype']}"
+        assert wanted in result.message, result.message
+    assert should and should <= set(changed), sorted(should - set(changed))
