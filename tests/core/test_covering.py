@@ -261,6 +261,7 @@ def test_a_combination_the_lane_cannot_build_is_one_line_at_load(tmp_path: Path)
     assert "\n" not in line
     excluded = text + '[[exclude]]\ntarget_model = "gemma3_mm"\ntarget_dtype = "float16"\n'
     assert not [
-        c for c in expand(load_matrix(write(tmp_path, "m.toml", excluded))) if c.values["target_model"] == "gemma3_mm"
-        and c.values["target_dtype"] == "float16"
+        c
+        for c in expand(load_matrix(write(tmp_path, "m.toml", excluded)))
+        if c.values["target_model"] == "gemma3_mm" and c.values["target_dtype"] == "float16"
     ]
