@@ -19,7 +19,7 @@ from harness.verdict import Stage
 
 pytestmark = pytest.mark.pure
 
-PER_KIND = "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-v2-cubin"
+PER_KIND = "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-tgthead.gemma3-v2-cubin"
 NO_DRIVER = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"
 RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
