@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.atomic import write_atomic
-from harness.axes import LONG_CONTEXT_LENS
+from harness.axes import AXES_BY_NAME, LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
@@ -119,6 +119,18 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         raise InputError(
             source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
         )
+    if lane == "selection":
+        # The script writes the lane's own Qwen3 target in bfloat16; a cell about another target needs
+        # the lane's checkpoint writer (harness/attention/checkpoint.py), which the script does without.
+        for axis in ("target_model", "target_dtype", "target_head"):
+            default = AXES_BY_NAME[axis].default
+            if cell["axes"].get(axis, default) != default:
+                raise InputError(
+                    source,
+                    f"cells.{cell_id}.axes.{axis}",
+                    f"the selection repro writes the {default} target only",
+                    (str(default),),
+                )
     matrix = _matrix(run)
     options = dict(matrix.options) if matrix is not None else {}
     payload = {

@@ -94,6 +94,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
         ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
+        # The script writes the lane's own Qwen3 bf16 target, never another family, dtype or head geometry.
+        ([{**CELL, "axes": {**CELL["axes"], "target_head": "gemma3"}}], CELL["id"], "axes.target_head: the selection"),
+        ([{**CELL, "axes": {**CELL["axes"], "target_model": "mistral_swa"}}], CELL["id"], "writes the qwen3 target"),
         ([{**CELL, "finding": {"id": "x"}, "correct": {"verdict": "pass"}}], CELL["id"], "finding.title: must be"),
         ([{**CELL, "finding": PR_46770.to_json(), "correct": None}], CELL["id"], "correct: a finding's cell must"),
     ],
