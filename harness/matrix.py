@@ -33,6 +33,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -180,13 +181,26 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    defaults = {name: AXES_BY_NAME[name].default for name, _ in matrix.cover}
+    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions)
+
+
+# A pure function of the declared axes, so computed once per process for each matrix: the
+# strength-3 rows of the shipped selection matrix take about a second, and a test session or a
+# report loads that matrix many times. Callers only read the rows.
+@functools.lru_cache(maxsize=16)
+def _covering(
+    axes: tuple[tuple[str, tuple[AxisValue, ...]], ...],
+    covered: tuple[tuple[str, tuple[AxisValue, ...]], ...],
+    triples: tuple[str, ...],
+    exclusions: tuple[Selector, ...],
+) -> Covering:
+    defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
-        matrix.axes,
-        matrix.cover,
+        axes,
+        covered,
         {name: value for name, value in defaults.items() if value is not None},
-        lambda partial: any(selector_matches(rule, partial) for rule in matrix.exclusions),
-        matrix.triples,
+        lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
+        triples,
     )
 
 
