@@ -19,7 +19,8 @@ from harness.verdict import Stage
 
 pytestmark = pytest.mark.pure
 
-PER_KIND = "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-tgthead.gemma3-v2-cubin"
+# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM120).
+PER_KIND = "sm120-auto-causal-sink-kv-fp8-tgtkind.TRITON_ATTN-v2-cubin"
 NO_DRIVER = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"
 RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
@@ -29,9 +30,7 @@ def _report(folder: Path) -> Path:
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     seen = {
-        PER_KIND: Observation(
-            "TRITON_ATTN_DIFFKV", platform_choice="TRITON_ATTN_DIFFKV", observed_backends=("TRITON_ATTN",)
-        ),
+        PER_KIND: Observation(None, platform_choice="FLASHINFER", observed_backends=("TRITON_ATTN",)),
         NO_DRIVER: Observation(
             "ROCM_AITER_FA", failure=Failure(Stage.SELECT, "RuntimeError", "Found no NVIDIA driver on your system")
         ),

@@ -55,6 +55,10 @@ def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_dr
     assert should <= set(changed), sorted(should - set(changed))
     for result in (changed[i] for i in should):
         target = result.axes["kv_cache_dtype"]
+        if result.verdict == Verdict.WRONG_BACKEND and result.requested_backend is None:
+            # Auto-selection redone for the target's fp8_e5m2, which FlashAttention refuses.
+            assert target == "fp8_e5m2" and "draft layers carry" in result.message, result.message
+            continue
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         assert f"kv_cache_dtype is {target}, the draft asked for fp8" in result.message, result.message
     assert any(r.ok and r.axes["draft_kv_cache_dtype"] == "target" for r in results)
