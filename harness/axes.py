@@ -37,6 +37,14 @@ LAYER_LAYOUTS = ("uniform", "mixed", "mixed_native")
 # layer_types, as Mistral-7B-v0.1, Phi-3-mini-4k and Starcoder2 have) and gemma3_mm (a
 # multimodal prefix-LM target, Gemma 3's Gemma3ForConditionalGeneration).
 TARGET_MODELS = ("qwen3", "mistral_swa", "gemma3_mm")
+# The target's dtype as served (its --dtype), against a draft checkpoint that says bfloat16: by
+# design the draft takes the target's (SpeculativeConfig's draft_model_config).
+TARGET_DTYPES = ("bfloat16", "float16", "float32")
+# The target's attention geometry (heads, KV heads, head size) from a real family's config, beside
+# a draft of its own geometry: qwen3 = the lane's own target (its head_dim option), llama3_2 =
+# Llama-3.2-1B (32 heads, 8 KV heads, head_dim 64), gemma3 = Gemma-3-4B (8 heads, 4 KV heads,
+# head_dim 256). harness/attention/checkpoint.py TARGET_HEADS has the dimensions.
+TARGET_HEADS = ("qwen3", "llama3_2", "gemma3")
 # short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
 CONTEXTS = ("short", "long")
 # The tokens of context per request for context = "long" (why these: harness/attention/cell.py).
@@ -163,7 +171,13 @@ AXES: tuple[Axis, ...] = (
         default=128,
     ),
     Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),
-    _choice("kv_cache_dtype", "KV-cache dtype", KV_CACHE_DTYPES, "auto", lambda v: f"kv-{v}"),
+    _choice(
+        "kv_cache_dtype",
+        "the engine's (the target's) KV-cache dtype, --kv-cache-dtype; an unset draft dtype inherits it",
+        KV_CACHE_DTYPES,
+        "auto",
+        lambda v: f"kv-{v}",
+    ),
     _choice(
         "draft_kv_cache_dtype",
         "the draft's own KV-cache dtype (speculative_config.kv_cache_dtype); target = unset",
@@ -184,6 +198,20 @@ AXES: tuple[Axis, ...] = (
         TARGET_MODELS,
         "qwen3",
         lambda v: f"tgtmodel.{v.replace('_', '')}",
+    ),
+    _choice(
+        "target_dtype",
+        "the target's dtype as served (--dtype); the draft checkpoint says bfloat16",
+        TARGET_DTYPES,
+        "bfloat16",
+        lambda v: f"tgtdt.{DTYPE_TOKENS[v]}",
+    ),
+    _choice(
+        "target_head",
+        "the target's heads, KV heads and head size, from a real family: qwen3, llama3_2 or gemma3",
+        TARGET_HEADS,
+        "qwen3",
+        lambda v: f"tgthead.{v.replace('_', '')}",
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
     _choice("cudagraph", "eager, or capture and replay in a CUDA graph", CUDAGRAPH_MODES, "eager"),

@@ -1,4 +1,5 @@
-"""An all-pairs covering design laid on top of a full product, deterministic and pure.
+"""An all-pairs covering design laid on top of a full product, with an optional strength-3 part
+for chosen axes, deterministic and pure.
 
 The matrix keeps the full product on the axes bugs live in (backend, causal, sink, capability,
 loader, ...): those rows are the *base*, every covered axis at its default. The covered axes
@@ -14,6 +15,13 @@ an exclusion. The result depends only on the declared axes, values and exclusion
 expansions of one matrix file give the same rows in the same order.
 
 A pair every completion of which some exclusion removes is *excluded*, reported, never covered.
+
+``triples`` names axes an interaction may need three of at once (issue 24: a bug that needs
+generation x requested backend x one target setting falls between pairwise rows). Once every
+pair is covered, more rows are added the same way until every value triple of any three of those
+axes, at least one of them covered, appears in some row; triples are counted in the gain as pairs
+are. The pairwise rows come first and are the rows a matrix without ``triples`` gets, so naming
+triples only adds cells. A triple no row can hold is excluded and reported like a pair.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from harness.axes import AxisValue
 Factors = tuple[tuple[str, tuple[AxisValue, ...]], ...]
 Row = dict[str, AxisValue]
 Pair = tuple[tuple[int, int], tuple[int, int]]  # ((axis index, value index), (axis index, value index))
+# A pair or a triple of (axis index, value index), in axis order.
+Interaction = tuple[tuple[int, int], ...]
+Named = tuple[tuple[str, AxisValue], ...]
 Excluded = Callable[[Mapping[str, AxisValue]], bool]  # a partial row some exclusion already removes
 
 
@@ -34,7 +45,8 @@ Excluded = Callable[[Mapping[str, AxisValue]], bool]  # a partial row some exclu
 class Covering:
     base: tuple[Row, ...]  # the full product of the product axes, covered axes at their defaults
     extra: tuple[Row, ...]  # rows added to cover the remaining pairs
-    excluded_pairs: tuple[tuple[tuple[str, AxisValue], tuple[str, AxisValue]], ...]
+    excluded_pairs: tuple[Named, ...]  # two members each
+    excluded_triples: tuple[Named, ...] = ()
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -46,14 +58,17 @@ def cover(
     covered: Factors,
     defaults: Mapping[str, AxisValue],
     excluded: Excluded,
+    triples: tuple[str, ...] = (),
 ) -> Covering:
     """``product`` axes in full, ``covered`` axes pairwise; ``defaults`` gives each covered axis
     the value base rows carry (it must be one of its values); ``excluded(partial)`` is True
-    when the values in ``partial`` already match some exclusion completely."""
+    when the values in ``partial`` already match some exclusion completely; every value triple
+    of three axes named in ``triples``, one of them covered, appears in some row too."""
     factors = product + covered
     names = [name for name, _ in factors]
     values = [vals for _, vals in factors]
     covered_index = set(range(len(product), len(factors)))
+    triple_axes = frozenset(names.index(name) for name in triples)
 
     base: list[Row] = []
     default_row = {name: defaults[name] for name, _ in covered}
@@ -70,7 +85,7 @@ def cover(
     axis_pairs = [
         (a, b) for a, b in itertools.combinations(range(len(factors)), 2) if a in covered_index or b in covered_index
     ]
-    uncovered: set[Pair] = {
+    uncovered: set[Interaction] = {
         ((a, i), (b, j)) for a, b in axis_pairs for i in range(len(values[a])) for j in range(len(values[b]))
     }
     for row in base:
@@ -78,41 +93,84 @@ def cover(
         uncovered -= {((a, indices[a]), (b, indices[b])) for a, b in axis_pairs}
 
     extra: list[Row] = []
-    impossible: list[Pair] = []
-    while uncovered:
-        seed = min(uncovered)
-        chosen = _complete(seed, values, names, uncovered, excluded)
-        if chosen is None:
-            uncovered.discard(seed)
-            impossible.append(seed)
-            continue
-        row = {names[a]: values[a][chosen[a]] for a in range(len(factors))}
-        extra.append(row)
-        uncovered -= _pairs_of(chosen)
+    impossible: list[Interaction] = []
 
-    def named(pair: Pair) -> tuple[tuple[str, AxisValue], tuple[str, AxisValue]]:
-        (a, i), (b, j) = pair
-        return (names[a], values[a][i]), (names[b], values[b][j])
+    def fill(uncovered: set[Interaction]) -> None:
+        while uncovered:
+            seed = min(uncovered)
+            chosen = _complete(seed, values, names, uncovered, excluded, triple_axes)
+            if chosen is None:
+                uncovered.discard(seed)
+                impossible.append(seed)
+                continue
+            extra.append({names[a]: values[a][chosen[a]] for a in range(len(factors))})
+            uncovered -= _interactions_of(chosen, triple_axes)
 
-    return Covering(tuple(base), tuple(extra), tuple(named(p) for p in sorted(impossible)))
+    fill(uncovered)
+    all_rows = [index_of(row) for row in (*base, *extra)]
+    uncovered_triples: set[Interaction] = {
+        ((a, i), (b, j), (c, k))
+        for a, b, c in itertools.combinations(sorted(triple_axes), 3)
+        if covered_index & {a, b, c}
+        for i in range(len(values[a]))
+        for j in range(len(values[b]))
+        for k in range(len(values[c]))
+    }
+    for indices in all_rows:
+        uncovered_triples -= _triples_of(indices, triple_axes)
+    fill(uncovered_triples)
+
+    def named(interaction: Interaction) -> Named:
+        return tuple((names[a], values[a][i]) for a, i in interaction)
+
+    pairs = tuple(named(p) for p in sorted(impossible) if len(p) == 2)
+    return Covering(
+        tuple(base),
+        tuple(extra),
+        pairs,
+        tuple(named(t) for t in sorted(impossible) if len(t) == 3),
+    )
 
 
-def _pairs_of(indices: Sequence[int]) -> set[Pair]:
+def _pairs_of(indices: Sequence[int]) -> set[Interaction]:
     return {((a, indices[a]), (b, indices[b])) for a, b in itertools.combinations(range(len(indices)), 2)}
 
 
+def _triples_of(indices: Sequence[int], triple_axes: frozenset[int]) -> set[Interaction]:
+    return {
+        ((a, indices[a]), (b, indices[b]), (c, indices[c]))
+        for a, b, c in itertools.combinations(sorted(triple_axes), 3)
+    }
+
+
+def _interactions_of(indices: Sequence[int], triple_axes: frozenset[int]) -> set[Interaction]:
+    return _pairs_of(indices) | _triples_of(indices, triple_axes)
+
+
 def _complete(
-    seed: Pair,
+    seed: Interaction,
     values: Sequence[tuple[AxisValue, ...]],
     names: Sequence[str],
-    uncovered: set[Pair],
+    uncovered: set[Interaction],
     excluded: Excluded,
+    triple_axes: frozenset[int],
 ) -> list[int] | None:
-    (a, i), (b, j) = seed
-    chosen: dict[int, int] = {a: i, b: j}
+    chosen: dict[int, int] = dict(seed)
 
     def partial() -> dict[str, AxisValue]:
         return {names[k]: values[k][v] for k, v in chosen.items()}
+
+    def gain(axis: int, value: int) -> int:
+        others = [(other, v) for other, v in chosen.items() if other != axis]
+        count = sum(1 for other, v in others if _key(axis, value, other, v) in uncovered)
+        if axis in triple_axes:
+            members = [(other, v) for other, v in others if other in triple_axes]
+            count += sum(
+                1
+                for first, second in itertools.combinations(members, 2)
+                if tuple(sorted(((axis, value), first, second))) in uncovered
+            )
+        return count
 
     if excluded(partial()):
         return None
@@ -124,9 +182,9 @@ def _complete(
             chosen[axis] = value
             if excluded(partial()):
                 continue
-            gain = sum(1 for other, v in chosen.items() if other != axis and _key(axis, value, other, v) in uncovered)
-            if best is None or gain > best[0]:
-                best = (gain, value)
+            score = gain(axis, value)
+            if best is None or score > best[0]:
+                best = (score, value)
         if best is None:
             return None
         chosen[axis] = best[1]
@@ -140,3 +198,10 @@ def _key(a: int, i: int, b: int, j: int) -> Pair:
 def pairs_present(rows: Iterable[Mapping[str, AxisValue]], first: str, second: str) -> set[tuple[AxisValue, AxisValue]]:
     """The (first, second) value pairs that appear in ``rows`` (for checks and tests)."""
     return {(row[first], row[second]) for row in rows}
+
+
+def triples_present(
+    rows: Iterable[Mapping[str, AxisValue]], first: str, second: str, third: str
+) -> set[tuple[AxisValue, AxisValue, AxisValue]]:
+    """The (first, second, third) value triples that appear in ``rows`` (for checks and tests)."""
+    return {(row[first], row[second], row[third]) for row in rows}

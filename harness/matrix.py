@@ -17,6 +17,9 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [cover]             # optional: axes covered pairwise rather than in full (harness/covering.py)
     method = ["dflash", "dflash2", "dspark"]
 
+    [triples]           # optional: every value triple of any three of these axes (one covered) appears
+    axes = ["capability", "backend", "method"]
+
     [[exclude]]
     backend = "auto"
     sink = [true]
@@ -46,7 +49,7 @@ from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "cover", "exclude", "tolerance", "options")
+_TOP_KEYS = ("matrix", "axes", "cover", "triples", "exclude", "tolerance", "options")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class Matrix:
     exclusions: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
     # Axes covered pairwise on top of the full product of ``axes`` (see harness/covering.py).
     cover: tuple[tuple[str, tuple[AxisValue, ...]], ...] = ()
+    # Axes covered to strength 3: every value triple of any three of them, one covered, is in a cell.
+    triples: tuple[str, ...] = ()
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -144,6 +149,7 @@ def load_matrix(path: str | Path) -> Matrix:
 
     axes = _read_axes(path, raw.get("axes"))
     covered = _read_cover(path, raw.get("cover", {}), axes)
+    triples = _read_triples(path, raw.get("triples"), axes, covered)
     exclusions = tuple(
         read_selector(path, f"exclude[{i}]", rule, axes + covered)
         for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
@@ -161,34 +167,37 @@ def load_matrix(path: str | Path) -> Matrix:
         axes=axes,
         exclusions=exclusions,
         cover=covered,
+        triples=triples,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
         description=str(head.get("description", "")),
         options=options,
     )
-    expand(matrix)  # duplicate ids are a file error, found now rather than mid-run
+    # Duplicate ids are a file error, found now rather than mid-run; so is a cell the lane cannot build.
+    CONTRACTS[lane].check_cells(path, [cell.values for cell in expand(matrix)])
     return matrix
 
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    return _covering(matrix.axes, matrix.cover, matrix.exclusions)
+    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions)
 
 
-def _covering(axes: Factors, covered: Factors, exclusions: tuple[Selector, ...]) -> Covering:
+def _covering(axes: Factors, covered: Factors, triples: tuple[str, ...], exclusions: tuple[Selector, ...]) -> Covering:
     defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
         axes,
         covered,
         {name: value for name, value in defaults.items() if value is not None},
         lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
+        triples,
     )
 
 
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
     cells, duplicate = _cells(
-        matrix.lane, matrix.axes, matrix.cover, matrix.exclusions, matrix.tolerances, matrix.timeout_s
+        matrix.lane, matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, matrix.tolerances, matrix.timeout_s
     )
     if duplicate is not None:
         raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
@@ -200,6 +209,7 @@ def _cells(
     lane: str,
     axes: Factors,
     covered: Factors,
+    triples: tuple[str, ...],
     exclusions: tuple[Selector, ...],
     tolerances: tuple[tuple[str, float], ...],
     timeout_s: float,
@@ -209,7 +219,7 @@ def _cells(
     findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
     seen: set[str] = set()
-    for values in _covering(axes, covered, exclusions).rows:
+    for values in _covering(axes, covered, triples, exclusions).rows:
         ident = cell_id(values)
         if ident in seen:
             return (), ident
@@ -260,6 +270,35 @@ def _read_axes(path: Path, raw: object) -> tuple[tuple[str, tuple[AxisValue, ...
         checked = tuple(_check_value(path, f"axes.{name}", name, v) for v in values)
         axes.append((name, checked))
     return tuple(axes)
+
+
+def _read_triples(
+    path: Path,
+    raw: object,
+    axes: tuple[tuple[str, tuple[AxisValue, ...]], ...],
+    covered: tuple[tuple[str, tuple[AxisValue, ...]], ...],
+) -> tuple[str, ...]:
+    """[triples] axes = [...]: axes of this matrix, at least three, one of them under [cover]
+    (triples of product axes alone are in the product already)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise InputError(path, "triples", "must be a table with axes = [axis names]")
+    only_keys(path, "triples", raw, ("axes",))
+    names = raw.get("axes")
+    known = tuple(name for name, _ in axes + covered)
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise InputError(path, "triples.axes", "must be a list of axis names", known)
+    for name in names:
+        if name not in known:
+            raise InputError(path, "triples.axes", f"{name!r} is not an axis of this matrix", known)
+    if len(set(names)) != len(names):
+        raise InputError(path, "triples.axes", "lists an axis twice")
+    if len(names) < 3:
+        raise InputError(path, "triples.axes", "a triple needs at least three axes")
+    if not set(names) & {name for name, _ in covered}:
+        raise InputError(path, "triples.axes", "names no [cover] axis", tuple(name for name, _ in covered))
+    return tuple(names)
 
 
 def _read_cover(

@@ -5,8 +5,9 @@ reads what its loader did not override from the current (the target's) config: P
 the target's ``backend_per_kind`` winning over the draft's request were two such settings. The
 audit reads, from each draft attention layer vLLM built, the settings that decide what its
 kernels compute and which backends may serve it, and compares each with what the draft asked
-for: derived from what the harness wrote (the checkpoint's ``DraftTruth`` and the speculative
-config's KV-cache dtype), never read back from vLLM.
+for: derived from what the harness wrote (the checkpoint's ``DraftTruth``, the speculative
+config's KV-cache dtype and the target's dtype and KV-cache dtype: ``Requested``), never read
+back from vLLM.
 
 ``asked`` and ``differences`` are pure; ``effective`` reads a vLLM layer object (duck-typed, no
 import). A setting a release does not expose on its layer object is recorded as not audited,
@@ -32,7 +33,12 @@ SETTINGS: Mapping[str, str] = {
     "sinks": "whether the layer carries attention-sink logits",
     "scale": "the softmax scale (head_dim ** -0.5 for a DFlash draft)",
     "causal": "the causal flag the layer's metadata gets from its runner",
+    "dtype": "the layer's dtype: the target's by design (the draft checkpoint's torch_dtype is not used)",
     "kv_cache_dtype": "the draft's KV-cache dtype (speculative_config.kv_cache_dtype, else the target's)",
+    "kv_cache_torch_dtype": (
+        "the KV cache's element type: unset = the target's resolved one, auto = the draft's model dtype, "
+        "else the one the draft names"
+    ),
     "mm_prefix": "prefix-LM bidirectional attention (a multimodal target's flag; a DFlash draft is text-only)",
 }
 NOT_EXPOSED = "not exposed by this vLLM release's layer"
@@ -53,8 +59,53 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-def asked(truth: DraftTruth, kv_cache_dtype: str) -> tuple[dict[str, Any], ...]:
-    """What each draft layer asked for, from the checkpoint the harness wrote."""
+# The element type a KV cache of each dtype the matrices name is stored in, as torch prints it:
+# vLLM stores every fp8 variant as bytes (uint8, the string says which fp8) and "auto" in the
+# model's dtype.
+_KV_ELEMENT_TYPES = {
+    "bfloat16": "torch.bfloat16",
+    "float16": "torch.float16",
+    "float32": "torch.float32",
+    "fp8": "torch.uint8",
+    "fp8_e4m3": "torch.uint8",
+    "fp8_e5m2": "torch.uint8",
+}
+
+
+@dataclass(frozen=True)
+class Requested:
+    """What the harness wrote into the engine arguments that reaches a draft layer's dtypes.
+
+    draft_kv_cache_dtype: speculative_config.kv_cache_dtype, None when the harness left it unset.
+    target_kv_cache_dtype: the engine's (the target's) --kv-cache-dtype.
+    target_dtype: the target's --dtype, which is the draft's model dtype by design.
+    """
+
+    draft_kv_cache_dtype: str | None
+    target_kv_cache_dtype: str
+    target_dtype: str
+
+    @property
+    def kv_cache_dtype(self) -> str:
+        """The layer's cache-dtype string: the draft's own when set, else the target's."""
+        return self.target_kv_cache_dtype if self.draft_kv_cache_dtype is None else self.draft_kv_cache_dtype
+
+    @property
+    def kv_cache_torch_dtype(self) -> str:
+        """By design (dflash/utils.py, speculative.py's override list "only when set"): unset
+        inherits the target's resolved KV dtype; an explicit "auto" is the draft's model dtype
+        (the target's dtype, by design); any other value is itself."""
+        if self.draft_kv_cache_dtype is None:
+            return _element_type(self.target_kv_cache_dtype, self.target_dtype)
+        return _element_type(self.draft_kv_cache_dtype, self.target_dtype)
+
+
+def _element_type(cache_dtype: str, model_dtype: str) -> str:
+    return _KV_ELEMENT_TYPES[model_dtype if cache_dtype == "auto" else cache_dtype]
+
+
+def asked(truth: DraftTruth, requested: Requested) -> tuple[dict[str, Any], ...]:
+    """What each draft layer asked for, from the checkpoint and engine arguments the harness wrote."""
     shape = truth.shape
     return tuple(
         {
@@ -65,7 +116,9 @@ def asked(truth: DraftTruth, kv_cache_dtype: str) -> tuple[dict[str, Any], ...]:
             "sinks": truth.spec.sink,  # every layer of a sink draft carries them (checkpoint.write_draft)
             "scale": truth.scale,
             "causal": truth.layer_causal(index),
-            "kv_cache_dtype": kv_cache_dtype,
+            "dtype": _KV_ELEMENT_TYPES[requested.target_dtype],
+            "kv_cache_dtype": requested.kv_cache_dtype,
+            "kv_cache_torch_dtype": requested.kv_cache_torch_dtype,
             "mm_prefix": False,
         }
         for index in range(shape.draft_layers)
@@ -80,14 +133,17 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
         ("head_size", "head_size"),
         ("num_kv_heads", "num_kv_heads"),
         ("sliding_window", "sliding_window"),
+        ("dtype", "dtype"),
         ("kv_cache_dtype", "kv_cache_dtype"),
+        ("kv_cache_torch_dtype", "kv_cache_torch_dtype"),
         ("mm_prefix", "use_mm_prefix"),
         ("sinks", "has_sink"),
     ):
         if hasattr(attn, attribute):
             settings[name] = getattr(attn, attribute)
-    if "kv_cache_dtype" in settings:
-        settings["kv_cache_dtype"] = str(settings["kv_cache_dtype"])
+    for name in ("dtype", "kv_cache_dtype", "kv_cache_torch_dtype"):  # torch dtypes as torch prints them
+        if name in settings:
+            settings[name] = str(settings[name])
     scale = getattr(getattr(attn, "impl", None), "scale", None)
     if scale is not None:
         settings["scale"] = float(scale)

@@ -363,8 +363,8 @@ def audit_layers(cell: Configured, built: Built, plan: CellPlan) -> Observation 
     wrong backend does. Runs under the cell's config."""
     from harness.attention import audit
 
-    asked_kv = plan.engine.draft_kv_cache_dtype or plan.engine.kv_cache_dtype
-    wanted = audit.asked(cell.truth, asked_kv)
+    requested = audit.Requested(plan.engine.draft_kv_cache_dtype, plan.engine.kv_cache_dtype, cell.dtype_name)
+    wanted = audit.asked(cell.truth, requested)
     got = [audit.effective(attn, cell.config, built.draft.causal[i]) for i, attn in enumerate(built.layers)]
     cell.details["layer_settings"] = {
         attn.layer_name: settings for attn, settings in zip(built.layers, got, strict=True)

@@ -27,6 +27,7 @@ from harness.attention.configs import (
     ModelShape,
     draft_config,
     target_config,
+    target_shape,
 )
 
 CHECKPOINT_DTYPE = torch.bfloat16
@@ -78,13 +79,28 @@ WEIGHTED_TARGETS = ("qwen3", "mistral_swa")
 
 
 def write_target(
-    root: Path, shape: ModelShape = DEFAULT_SHAPE, seed: int = 0, weights: bool = True, family: str = "qwen3"
+    root: Path,
+    shape: ModelShape = DEFAULT_SHAPE,
+    seed: int = 0,
+    weights: bool = True,
+    family: str = "qwen3",
+    dtype: str = "bfloat16",
+    head: str = "qwen3",
 ) -> Path:
+    """``dtype`` and ``head`` (harness.axes.TARGET_DTYPES, TARGET_HEADS) are written into a
+    config-only target alone: its ``torch_dtype`` and attention geometry, as a real target of that
+    dtype and family has them."""
     if not weights:
-        # One folder per family: a process may build drafts against several targets.
-        path = root / ("target" if family == "qwen3" else f"target-{family}")
-        _write(path, target_config(shape, family), None)
+        # One folder per target: a process may build drafts against several targets.
+        parts = ((family, "qwen3"), (dtype, "bfloat16"), (head, "qwen3"))
+        name = "-".join(part for part, default in parts if part != default)
+        path = root / (f"target-{name}" if name else "target")
+        config = target_config(target_shape(shape, head), family)
+        config["torch_dtype"] = dtype
+        _write(path, config, None)
         return path
+    if (dtype, head) != ("bfloat16", "qwen3"):
+        raise ValueError("a weighted target is written in bfloat16 with the lane's own shape")
     if family not in WEIGHTED_TARGETS:
         raise ValueError(f"no weights are written for the {family} target family (only {', '.join(WEIGHTED_TARGETS)})")
     generator = torch.Generator().manual_seed(seed)

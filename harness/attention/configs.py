@@ -6,6 +6,7 @@ beside their weights (``harness.attention.checkpoint``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +150,19 @@ def qwen3_config(shape: ModelShape, **extra: object) -> dict[str, object]:
 # The model-level window of a mistral_swa target: shorter than every cell's max_model_len, so
 # vLLM keeps it (a window at or past the model length is dropped as no window at all).
 TARGET_WINDOW = 64
+
+
+# The target's attention geometry per harness.axes.TARGET_HEADS, from each family's config.json
+# (num_attention_heads, num_key_value_heads, head_dim); qwen3 keeps the lane's own shape.
+TARGET_HEADS: dict[str, tuple[int, int, int]] = {"llama3_2": (32, 8, 64), "gemma3": (8, 4, 256)}
+
+
+def target_shape(shape: ModelShape, head: str) -> ModelShape:
+    """``shape`` with the target attention geometry ``head`` (harness.axes.TARGET_HEADS)."""
+    if head == "qwen3":
+        return shape
+    heads, kv_heads, head_dim = TARGET_HEADS[head]
+    return dataclasses.replace(shape, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
 def target_config(shape: ModelShape, family: str) -> dict[str, object]:

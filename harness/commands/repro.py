@@ -33,7 +33,7 @@ from typing import Any
 from harness.atomic import write_atomic
 from harness.attention import audit
 from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
-from harness.axes import LONG_CONTEXT_LENS
+from harness.axes import AXES_BY_NAME, LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
@@ -109,11 +109,15 @@ def _selection_checkpoints(axes: dict[str, Any], head_dim: int) -> dict[str, Any
     draft_shape = dataclasses.replace(shape, head_dim=int(axes.get("head_size") or head_dim))
     spec = DraftSpec(causal=bool(axes["causal"]), sink=bool(axes["sink"]), method=str(axes.get("method", "dflash")))
     own = str(SELECTION.value(axes, "draft_kv_cache_dtype"))
-    kv_cache_dtype = str(SELECTION.value(axes, "kv_cache_dtype")) if own == "target" else own
+    requested = audit.Requested(
+        None if own == "target" else own,
+        str(SELECTION.value(axes, "kv_cache_dtype")),
+        str(SELECTION.value(axes, "target_dtype")),
+    )
     return {
         "target_config": target_config(shape, str(SELECTION.value(axes, "target_model"))),
         "draft_config": draft_config(spec, draft_shape),
-        "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft_shape, None), kv_cache_dtype)),
+        "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft_shape, None), requested)),
         "settings": list(audit.SETTINGS),
     }
 
@@ -267,6 +271,18 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         raise InputError(
             source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
         )
+    if lane == "selection":
+        # The script writes the cell's target family in bfloat16 with the lane's own head geometry; a
+        # cell about another target dtype or geometry would reproduce a different cell, so it is refused.
+        for axis in ("target_dtype", "target_head"):
+            default = AXES_BY_NAME[axis].default
+            if cell["axes"].get(axis, default) != default:
+                raise InputError(
+                    source,
+                    f"cells.{cell_id}.axes.{axis}",
+                    f"the selection repro writes the {default} target only",
+                    (str(default),),
+                )
     matrix = _matrix(run)
     options = dict(matrix.options) if matrix is not None else {}
     payload = {

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from harness.axes import AxisValue, capability_token
 from harness.contracts.model import (
+    Conflict,
     Contract,
     Limit,
     OptionValueError,
@@ -210,21 +211,29 @@ SELECTION = Contract(
         "sink",
         "sliding_window",
         "head_size",
-        "dtype",
         "kv_cache_dtype",
         "draft_kv_cache_dtype",
         "target_attention",
         "target_model",
+        "target_dtype",
+        "target_head",
         "loader",
         "cudagraph",
         "flashinfer_cubin",
     ),
     required=("capability", "backend", "causal", "sink"),
-    defaults={"flashinfer_cubin": False, "loader": "v2", "dtype": "bfloat16"},
+    defaults={"flashinfer_cubin": False, "loader": "v2"},
     limits={
         "sliding_window": Limit((0,), "the selection lane builds no windowed draft"),
         "cudagraph": Limit(("eager",), "needs a runnable engine; the selection lane builds none"),
     },
+    conflicts=(
+        Conflict(
+            {"target_model": "gemma3_mm", "target_dtype": "float16"},
+            "vLLM refuses to serve Gemma 3 in float16 (ModelConfig: 'does not support float16 ... Numerical "
+            "instability'), so no draft exists behind that target",
+        ),
+    ),
     options=SelectionOptions,
     key=_selection_process,
     # The two after transformers are what a selection cell process imported next, outside vLLM,

@@ -14,7 +14,7 @@ Imports neither vLLM nor torch (nor the matrix model: the contract reads plain m
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,6 +113,18 @@ class Limit:
 
 
 @dataclass(frozen=True)
+class Conflict:
+    """Values of several axes the lane cannot build together (each alone it can): a matrix must
+    exclude every cell that has them all."""
+
+    values: Mapping[str, AxisValue]
+    why: str
+
+    def matches(self, cell: Mapping[str, AxisValue]) -> bool:
+        return all(cell.get(name) == value for name, value in self.values.items())
+
+
+@dataclass(frozen=True)
 class Preload:
     """What a lane's warm parent (``harness.runner.warm``) imports once, before it forks the
     lane's cell processes, so that no cell process pays for it again.
@@ -149,6 +161,7 @@ class Contract:
     defaults: the value an axis takes in a cell when its matrix leaves the axis out, where the
               axis itself has none (``harness.axes``) or the lane's differs.
     limits:   axes the lane takes only with certain values.
+    conflicts: combinations of values the lane cannot build; no cell of its matrices may have one.
     options:  the frozen dataclass of its ``[options]`` table (fields made with ``option``).
     key:      which cell process a cell needs (``process_key``); cells with another key get
               another process. The default: one process serves every cell.
@@ -164,6 +177,7 @@ class Contract:
     required: tuple[str, ...] = ()
     defaults: Mapping[str, AxisValue] = field(default_factory=dict)
     limits: Mapping[str, Limit] = field(default_factory=dict)
+    conflicts: tuple[Conflict, ...] = ()
     options: type = NoOptions
     key: Callable[[Mapping[str, AxisValue]], str] | None = None
     preload: Preload = Preload()
@@ -187,6 +201,13 @@ class Contract:
                 if value not in limit.values:
                     raise InputError(path, f"axes.{name}", f"{value!r}: {limit.why}", map(_toml, limit.values))
         return self.read_options(path, raw_options)
+
+    def check_cells(self, path: Path, cells: Sequence[Mapping[str, AxisValue]]) -> None:
+        """Refuse, as one InputError, a matrix with a cell the lane cannot build (``conflicts``)."""
+        for conflict in self.conflicts:
+            if any(conflict.matches(cell) for cell in cells):
+                named = ", ".join(f"{name} = {_toml(value)}" for name, value in conflict.values.items())
+                raise InputError(path, "exclude", f"cells with {named} cannot be built: {conflict.why}; exclude them")
 
     def read_options(self, path: Path, raw: Mapping[str, Any]) -> Any:
         names = self.option_names

@@ -184,3 +184,22 @@ def test_cells_judges_as_the_given_vllm_release(tmp_path: Path, capsys: pytest.C
     assert "unsupported" in next(line for line in lines if line.startswith("FLASH_ATTN-causal-sink-bf16 "))
     assert main(["cells", str(matrix.path), "--vllm", "newest"]) == 2
     assert capsys.readouterr().err.strip() == "dflash-matrix: --vllm: 'newest' is not a PEP 440 version (e.g. 0.33.0)"
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ('target_model = ["qwen3", "llama"]\n', "axes.target_model: 'llama' is not allowed"),
+        ('target_model = ["qwen3", "gemma3_mm"]\n[cover]\ntarget_dtype = ["bfloat16", "float16"]\n', "cannot be built"),
+    ],
+)
+def test_a_target_value_or_combination_the_selection_lane_cannot_build_exits_2_at_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str, fragment: str
+) -> None:
+    text = (
+        '[matrix]\nname = "s"\nlane = "selection"\n[axes]\ncapability = ["9.0"]\nbackend = ["auto"]\n'
+        f"causal = [true]\nsink = [false]\n{extra}"
+    )
+    assert main(["cells", str(write(tmp_path, "s.toml", text))]) == 2
+    err = capsys.readouterr().err.strip()
+    assert fragment in err and "\n" not in err

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.axes import AxisValue
-from harness.covering import Factors, cover, pairs_present
+from harness.covering import Factors, cover, pairs_present, triples_present
 from harness.errors import InputError
 from harness.matrix import Matrix, Selector, covering, expand, load_matrix, selector_matches
 
@@ -126,6 +126,69 @@ def test_a_pair_that_only_a_dead_end_reaches_is_reported_not_looped_on() -> None
     assert (("a", 1), ("b", "x")) in result.excluded_pairs
 
 
+SEAM = """
+[cover]
+method = ["dflash", "dflash2", "dspark"]
+draft_kv_cache_dtype = ["target", "auto", "fp8"]
+kv_cache_dtype = ["auto", "fp8"]
+target_dtype = ["bfloat16", "float16", "float32"]
+
+[triples]
+axes = ["capability", "backend", "draft_kv_cache_dtype", "kv_cache_dtype", "target_dtype"]
+"""
+
+
+def _feasible_triples(matrix: Matrix) -> set[tuple[tuple[str, AxisValue], ...]]:
+    """Every value triple of three [triples] axes that some full row not excluded contains."""
+    names = [name for name, _ in matrix.all_axes]
+    found: set[tuple[tuple[str, AxisValue], ...]] = set()
+    for combo in itertools.product(*(values for _, values in matrix.all_axes)):
+        row = dict(zip(names, combo, strict=True))
+        if any(selector_matches(rule, row) for rule in matrix.exclusions):
+            continue
+        for a, b, c in itertools.combinations(matrix.triples, 3):
+            found.add(((a, row[a]), (b, row[b]), (c, row[c])))
+    return found
+
+
+def test_every_triple_of_the_triples_axes_appears_and_every_pair_still_does(tmp_path: Path) -> None:
+    # Brute force over every full row (4*5*2*2*2*3*3*2*3 = 17280), an exclusion included.
+    text = BIG_PRODUCT + SEAM + '\n[[exclude]]\nbackend = "FLEX_ATTENTION"\ndraft_kv_cache_dtype = "fp8"\n'
+    matrix = matrix_from(tmp_path, text)
+    rows = [cell.values for cell in expand(matrix)]
+    feasible = _feasible_triples(matrix)
+    for a, b, c in itertools.combinations(matrix.triples, 3):
+        present = triples_present(rows, a, b, c)
+        wanted = {(va, vb, vc) for (na, va), (nb, vb), (nc, vc) in feasible if (na, nb, nc) == (a, b, c)}
+        assert wanted <= present, f"{a} x {b} x {c}: missing {sorted(wanted - present, key=str)}"
+    assert not any(r["backend"] == "FLEX_ATTENTION" and r["draft_kv_cache_dtype"] == "fp8" for r in rows)
+    excluded = covering(matrix).excluded_triples
+    assert (("backend", "FLEX_ATTENTION"), ("draft_kv_cache_dtype", "fp8"), ("kv_cache_dtype", "auto")) in excluded
+    _check_all_pairs(matrix)
+
+
+def test_triples_only_add_rows_after_the_pairwise_ones(tmp_path: Path) -> None:
+    pairwise = matrix_from(tmp_path, BIG_PRODUCT + SEAM.split("[triples]")[0])
+    strength3 = matrix_from(tmp_path, BIG_PRODUCT + SEAM)
+    plain, more = [c.id for c in expand(pairwise)], [c.id for c in expand(strength3)]
+    assert more[: len(plain)] == plain
+    # The bound: every (capability, backend) pair with each of target_dtype's two other values
+    # needs a row of its own (4 * 5 * 2 = 40 at least), far below the product's 4*5*3*2*3 = 360x.
+    assert len(plain) + 40 <= len(more) < len(plain) + 160
+
+
+def test_a_triple_no_row_can_hold_is_reported_not_looped_on() -> None:
+    result = cover(
+        (("a", (0, 1)),),
+        (("b", ("x", "y")), ("c", ("p", "q"))),
+        {"b": "x", "c": "p"},
+        lambda row: row.get("a") == 1 and row.get("b") == "y" and row.get("c") == "q",
+        triples=("a", "b", "c"),
+    )
+    assert (("a", 1), ("b", "y"), ("c", "q")) in result.excluded_triples
+    assert triples_present(result.rows, "a", "b", "c") == set(itertools.product((0, 1), "xy", "pq")) - {(1, "y", "q")}
+
+
 def test_a_matrix_without_cover_expands_as_before(tmp_path: Path) -> None:
     ids = [c.id for c in expand(matrix_from(tmp_path))]
     assert ids[:2] == ["CPU_ATTN-causal-sink-bf16", "CPU_ATTN-causal-nosink-bf16"] and len(ids) == 8
@@ -142,6 +205,13 @@ def test_a_matrix_without_cover_expands_as_before(tmp_path: Path) -> None:
         ('[cover]\nlayers = ["uniform", "uniform"]', "cover.layers: lists a value twice"),
         ("[cover]\nmethod = []", "cover.method: a covered axis needs a non-empty list"),
         ('[cover]\nmethod = ["dflash"]\n[[exclude]]\nhead_size = 64', "exclude[0].head_size: names an axis"),
+        ('[cover]\nmethod = ["dflash"]\n[triples]\naxes = ["backend", "method", "loader"]', "'loader' is not an axis"),
+        ('[cover]\nmethod = ["dflash"]\n[triples]\naxes = ["backend", "method"]', "at least three axes"),
+        ('[cover]\nmethod = ["dflash"]\n[triples]\naxes = ["backend", "causal", "sink"]', "names no [cover] axis"),
+        ('[cover]\nmethod = ["dflash"]\n[triples]\naxes = ["backend", "method", "method"]', "lists an axis twice"),
+        ('[cover]\nmethod = ["dflash"]\n[triples]\nstrength = 3', "triples.strength: unknown key"),
+        ('[cover]\ntarget_dtype = ["bfloat16", "float8"]', "cover.target_dtype: 'float8' is not allowed"),
+        ('[cover]\ntarget_head = ["qwen3", "llama"]', "cover.target_head: 'llama' is not allowed"),
     ],
 )
 def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, fragment: str) -> None:
@@ -152,13 +222,23 @@ def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, f
 
 
 @pytest.mark.parametrize(
-    ("lane", "axis"), [("cpu", "target_attention"), ("selection", "layers"), ("selection", "context")]
+    ("lane", "axis"),
+    [
+        ("cpu", "target_attention"),
+        ("selection", "layers"),
+        ("selection", "context"),
+        # The kernel lanes write a weighted target in the lane's own dtype and shape only.
+        ("cpu", "target_dtype"),
+        ("gpu", "target_head"),
+    ],
 )
 def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str, axis: str) -> None:
     values = {
         "layers": '["uniform", "mixed"]',
         "target_attention": '["auto", "FLASHINFER"]',
         "context": '["short", "long"]',
+        "target_dtype": '["bfloat16", "float16"]',
+        "target_head": '["qwen3", "gemma3"]',
     }[axis]
     text = BIG_PRODUCT.replace('lane = "fake"', f'lane = "{lane}"') + f"[cover]\n{axis} = {values}\n"
     if lane == "cpu":
@@ -166,3 +246,22 @@ def test_a_lane_refuses_a_family_axis_it_cannot_build(tmp_path: Path, lane: str,
     with pytest.raises(InputError) as raised:
         load_matrix(write(tmp_path, "m.toml", text))
     assert f"axes.{axis}" in raised.value.line() or f"cover.{axis}" in raised.value.line()
+
+
+def test_a_combination_the_lane_cannot_build_is_one_line_at_load(tmp_path: Path) -> None:
+    # The selection lane builds Gemma 3 targets and float16 targets, never a Gemma 3 target in float16.
+    text = (
+        BIG_PRODUCT.replace('lane = "fake"', 'lane = "selection"')
+        + 'target_model = ["qwen3", "gemma3_mm"]\n[cover]\ntarget_dtype = ["bfloat16", "float16"]\n'
+    )
+    with pytest.raises(InputError) as raised:
+        load_matrix(write(tmp_path, "m.toml", text))
+    line = raised.value.line()
+    assert "exclude: cells with target_model = 'gemma3_mm', target_dtype = 'float16' cannot be built" in line
+    assert "\n" not in line
+    excluded = text + '[[exclude]]\ntarget_model = "gemma3_mm"\ntarget_dtype = "float16"\n'
+    assert not [
+        c
+        for c in expand(load_matrix(write(tmp_path, "m.toml", excluded)))
+        if c.values["target_model"] == "gemma3_mm" and c.values["target_dtype"] == "float16"
+    ]

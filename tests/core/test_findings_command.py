@@ -19,7 +19,8 @@ from harness.verdict import Stage
 
 pytestmark = pytest.mark.pure
 
-PER_KIND = "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-v2-cubin"
+# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM120).
+PER_KIND = "sm120-auto-causal-sink-kv-fp8-tgtkind.TRITON_ATTN-v2-cubin"
 NO_DRIVER = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"
 RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
@@ -29,9 +30,7 @@ def _report(folder: Path) -> Path:
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     seen = {
-        PER_KIND: Observation(
-            "TRITON_ATTN_DIFFKV", platform_choice="TRITON_ATTN_DIFFKV", observed_backends=("TRITON_ATTN",)
-        ),
+        PER_KIND: Observation(None, platform_choice="FLASHINFER", observed_backends=("TRITON_ATTN",)),
         NO_DRIVER: Observation(
             "ROCM_AITER_FA", failure=Failure(Stage.SELECT, "RuntimeError", "Found no NVIDIA driver on your system")
         ),
@@ -88,10 +87,12 @@ def test_the_script_is_written_for_the_first_of_a_findings_cells_repro_can_build
     matrix = load_matrix(matrix_path("selection"))
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
-    dspark = "sm80-auto-dspark-causal-sink-hd256-dkv-fp8-tgtkind.FLASHINFER-v2-cubin"
-    dflash = "sm90-FLASH_ATTN-noncausal-nosink-dkv-auto-tgtkind.FLASHINFER-v1-nocubin"
+    dspark = (
+        "sm80-auto-dspark-causal-sink-hd256-kv-fp8_e5m2-dkv-fp8-tgtkind.FLASHINFER-tgtdt.fp32-tgthead.gemma3-v2-cubin"
+    )
+    dflash = "sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-kv-fp8-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin"
     records = []
-    for ident, asked in ((dspark, None), (dflash, "FLASH_ATTN")):
+    for ident, asked in ((dspark, None), (dflash, "TRITON_ATTN_DIFFKV")):
         seen = Observation(asked, platform_choice=asked or "TRITON_ATTN", observed_backends=("FLASHINFER",))
         records.append({**decide(cells[ident], seen, expectations.for_cell(cells[ident])).to_json(), "run": "s"})
     assert [record["finding"]["id"] for record in records] == ["target-per-kind-backend-overrides-draft"] * 2

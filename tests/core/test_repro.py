@@ -105,6 +105,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
         ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
+        # The script writes the cell's target family in bf16 with the lane's head geometry, never another.
+        ([{**CELL, "axes": {**CELL["axes"], "target_head": "gemma3"}}], CELL["id"], "axes.target_head: the selection"),
+        ([{**CELL, "axes": {**CELL["axes"], "target_dtype": "float16"}}], CELL["id"], "axes.target_dtype: the sel"),
         ([{**CELL, "finding": {"id": "x"}, "correct": {"verdict": "pass"}}], CELL["id"], "finding.title: must be"),
         ([{**CELL, "finding": PR_46770.to_json(), "correct": None}], CELL["id"], "correct: a finding's cell must"),
     ],
@@ -534,6 +537,8 @@ def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_dra
     layer = types.SimpleNamespace(
         **as_asked,
         kv_cache_dtype="auto",
+        dtype=asked["dtype"],
+        kv_cache_torch_dtype=asked["kv_cache_torch_dtype"],
         use_mm_prefix=False,
         has_sink=False,
         impl=types.SimpleNamespace(scale=asked["scale"]),

@@ -28,12 +28,24 @@ BEFORE_FIX = VLLM.release < FIXED_IN.release
 
 def rebuild_without(module: Any, function: str, line: str) -> None:
     """Replace ``module.function`` with a copy of its installed source minus one ``line``."""
+    rebuild_replacing(module, function, line, None)
+
+
+def rebuild_replacing(
+    module: Any, function: str, line: str, replacement: str | None, names: dict[str, Any] | None = None
+) -> None:
+    """Replace ``module.function`` with a copy of its installed source where one ``line`` (its
+    stripped text, found exactly once) reads ``replacement`` (None: dropped); ``names`` are added
+    to the namespace the copy runs in."""
     lines = inspect.getsource(getattr(module, function)).splitlines(keepends=True)
-    kept = [each for each in lines if each.strip() != line]
-    if len(kept) != len(lines) - 1:
+    found = [i for i, each in enumerate(lines) if each.strip() == line]
+    if len(found) != 1:
         raise RuntimeError(f"this vLLM's {function} has no line {line!r}: cannot rebuild it without")
-    namespace = dict(vars(module))
-    exec(compile("".join(kept), module.__file__ or function, "exec"), namespace)
+    (index,) = found
+    indent = lines[index][: len(lines[index]) - len(lines[index].lstrip())]
+    lines[index : index + 1] = [] if replacement is None else [f"{indent}{replacement}\n"]
+    namespace = dict(vars(module)) | (names or {})
+    exec(compile("".join(lines), module.__file__ or function, "exec"), namespace)
     setattr(module, function, namespace[function])
 
 

@@ -6,12 +6,18 @@ something else than the target has.
 
 from __future__ import annotations
 
+from typing import Any
+
 from harness.lanes.selection import SelectionLane
 
-from .pre_fix import rebuild_without
+from .pre_fix import rebuild_replacing, rebuild_without
 
 # load_dflash_model's cache_config replacement: the draft's own speculative_config.kv_cache_dtype.
 CACHE_DTYPE_LINE = "cache_dtype=speculative_config.kv_cache_dtype,"
+# ... made only "when set" (vLLM's _DRAFT_VLLM_CONFIG_OVERRIDES): None is unset, "auto" is set.
+WHEN_SET_LINE = "if speculative_config.kv_cache_dtype is not None"
+# The draft's model config, which carries the target's dtype (SpeculativeConfig, by design).
+DRAFT_MODEL_CONFIG_LINE = "draft_model_config = speculative_config.draft_model_config"
 
 
 def keep_target_cache_dtype(lane: SelectionLane) -> None:
@@ -24,3 +30,46 @@ def _install() -> None:
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
     rebuild_without(loader_module, "load_dflash_model", CACHE_DTYPE_LINE)
+
+
+def explicit_auto_kv_is_unset(lane: SelectionLane) -> None:
+    """Runner plant: load_dflash_model treats an explicit draft kv_cache_dtype "auto" as unset, so
+    the draft's layers take the target's cache dtype instead of the draft's model dtype."""
+    lane.after_install(_install_auto_as_unset)
+
+
+def _install_auto_as_unset() -> None:
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    rebuild_replacing(
+        loader_module, "load_dflash_model", WHEN_SET_LINE, 'if speculative_config.kv_cache_dtype not in (None, "auto")'
+    )
+
+
+def draft_keeps_checkpoint_dtype(lane: SelectionLane) -> None:
+    """Runner plant: load_dflash_model builds the draft in its checkpoint's torch_dtype rather
+    than the target's dtype its model config carries (the draft drops the target's value)."""
+    lane.after_install(_install_checkpoint_dtype)
+
+
+def _checkpoint_dtype(model_config: Any) -> Any:
+    import copy
+
+    import torch
+
+    written = model_config.hf_config.to_dict()
+    own = copy.copy(model_config)
+    own.dtype = getattr(torch, str(written.get("dtype") or written["torch_dtype"]).removeprefix("torch."))
+    return own
+
+
+def _install_checkpoint_dtype() -> None:
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    rebuild_replacing(
+        loader_module,
+        "load_dflash_model",
+        DRAFT_MODEL_CONFIG_LINE,
+        "draft_model_config = _checkpoint_dtype(speculative_config.draft_model_config)",
+        {"_checkpoint_dtype": _checkpoint_dtype},
+    )

@@ -1,14 +1,18 @@
 """The seam audit has teeth in the selection lane: a loader that lets the draft take the
-target's KV-cache dtype is wrong-setting, naming layer, setting and both values, in exactly
-the cells whose draft asked for its own dtype, and nowhere else."""
+target's KV-cache dtype (its own dropped, or an explicit "auto" read as unset), or builds the
+draft in its checkpoint's dtype instead of the target's, is wrong-setting, naming layer, setting
+and both values, in exactly the cells whose draft asked for something else, and nowhere else."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.matrix import expand, load_matrix
+from harness.result import CellResult
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
@@ -24,21 +28,104 @@ MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
 
 
 def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_draft_asked_for_one() -> None:
-    cells = [
-        c
-        for c in expand(load_matrix(MATRIX))
-        if c.values["draft_kv_cache_dtype"] == "fp8"
-        or (c.values["capability"] == "12.0" and c.values["backend"] == "TRITON_ATTN" and c.values["sink"])
-    ]
-    results = run_matrix(
-        MATRIX, plants=[f"{seam_plants.__name__}:keep_target_cache_dtype"], cell_ids=[c.id for c in cells]
+    results = _plant_run(
+        "keep_target_cache_dtype",
+        lambda v: (
+            v["draft_kv_cache_dtype"] == "fp8"
+            or (v["capability"] == "12.0" and v["backend"] == "TRITON_ATTN" and v["sink"])
+        ),
     )
+    # Dropped, the draft's fp8 becomes the target's: a change wherever the target's is not fp8 too.
+    should = {
+        r.id
+        for r in results
+        if _built_by_load_dflash_model(r.axes)
+        and r.axes["draft_kv_cache_dtype"] == "fp8"
+        and r.axes["kv_cache_dtype"] != "fp8"
+        and r.expected == Verdict.PASS
+    }
     changed = {r.id: r for r in results if r.verdict != r.expected}
     for result in changed.values():
-        assert (result.axes["loader"], result.axes["draft_kv_cache_dtype"]) == ("v2", "fp8"), result.id
+        # Only a draft that set its own dtype, to something else than the target's (the controls'
+        # explicit "auto" behind an fp8 target is one).
+        own, target = result.axes["draft_kv_cache_dtype"], result.axes["kv_cache_dtype"]
+        assert _built_by_load_dflash_model(result.axes), result.id
+        assert own != "target" and own != target, (result.id, result.message)
+    assert "sm120-TRITON_ATTN-causal-sink-dkv-fp8-tgt.FLASHINFER-tgthead.llama32-v2-cubin" in should, sorted(should)
+    assert should <= set(changed), sorted(should - set(changed))
+    for result in (changed[i] for i in should):
+        target = result.axes["kv_cache_dtype"]
+        if result.verdict == Verdict.WRONG_BACKEND and result.requested_backend is None:
+            # Auto-selection redone for the target's fp8_e5m2, which FlashAttention refuses.
+            assert target == "fp8_e5m2" and "draft layers carry" in result.message, result.message
+            continue
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
-        assert "kv_cache_dtype is auto, the draft asked for fp8" in result.message, result.message
-    # The one fp8-draft cell the matrix expects to pass is among them (the others are refused or
-    # lost before any layer is built, and stay so).
-    assert "sm120-TRITON_ATTN-causal-sink-dkv-fp8-tgtkind.TRITON_ATTN-v2-cubin" in changed, sorted(changed)
+        assert f"kv_cache_dtype is {target}, the draft asked for fp8" in result.message, result.message
     assert any(r.ok and r.axes["draft_kv_cache_dtype"] == "target" for r in results)
+
+
+def _plant_run(plant: str, keep: Callable[[dict[str, Any]], bool]) -> list[CellResult]:
+    cells = [c for c in expand(load_matrix(MATRIX)) if keep(c.values)]
+    return run_matrix(MATRIX, plants=[f"{seam_plants.__name__}:{plant}"], cell_ids=[c.id for c in cells])
+
+
+def _built_by_load_dflash_model(axes: Mapping[str, Any]) -> bool:
+    return axes["loader"] == "v2" and axes["method"] in ("dflash", "dflash2")
+
+
+def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exactly_behind_an_fp8_target() -> None:
+    results = _plant_run(
+        "explicit_auto_kv_is_unset",
+        lambda v: v["draft_kv_cache_dtype"] == "auto" or (v["capability"] == "9.0" and v["kv_cache_dtype"] != "auto"),
+    )
+    should = {
+        r.id
+        for r in results
+        if _built_by_load_dflash_model(r.axes)
+        and r.axes["draft_kv_cache_dtype"] == "auto"
+        and r.axes["kv_cache_dtype"] != "auto"
+        and r.expected == Verdict.PASS
+    }
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    for result in changed.values():
+        # Where the platform accepted the draft's own "auto" but the loader now selects for fp8, a
+        # backend may refuse the draft instead: still only behind an fp8 target, only these loaders.
+        assert _built_by_load_dflash_model(result.axes), result.id
+        assert (result.axes["draft_kv_cache_dtype"], result.axes["kv_cache_dtype"] != "auto") == ("auto", True)
+    assert should and should <= set(changed), sorted(should - set(changed))
+    for result in (changed[i] for i in should):
+        target = result.axes["kv_cache_dtype"]
+        if result.axes["capability"] == "8.0" and result.verdict == Verdict.CRASH:
+            # SM80's TRITON_ATTN cannot build the fp8 cache the plant hands the draft (it raises at build).
+            assert "native FP8 (fp8e4nv) requires SM89+" in result.message, result.message
+            continue
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+        assert f"kv_cache_dtype is {target}, the draft asked for auto" in result.message, result.message
+        assert "kv_cache_torch_dtype is torch.uint8, the draft asked for torch." in result.message, result.message
+    # An unset draft dtype behind the same fp8 targets inherits theirs, planted or not.
+    inherited = [
+        r for r in results if r.axes["draft_kv_cache_dtype"] == "target" and r.axes["kv_cache_dtype"] != "auto"
+    ]
+    assert any(r.ok for r in inherited)
+
+
+def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_an_fp16_or_fp32_target() -> None:
+    results = _plant_run(
+        "draft_keeps_checkpoint_dtype",
+        lambda v: v["capability"] == "9.0" and (v["target_dtype"] != "bfloat16" or v["kv_cache_dtype"] != "auto"),
+    )
+    should = {
+        r.id
+        for r in results
+        if _built_by_load_dflash_model(r.axes) and r.axes["target_dtype"] != "bfloat16" and r.expected == Verdict.PASS
+    }
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    for result in changed.values():
+        assert _built_by_load_dflash_model(result.axes) and result.axes["target_dtype"] != "bfloat16", result.id
+    assert should and should <= set(changed), sorted(should - set(changed))
+    for result in (changed[i] for i in should):
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+        wanted = f"dtype is torch.bfloat16, the draft asked for torch.{result.axes['target_dtype']}"
+        assert wanted in result.message, result.message
+    # The bfloat16 targets' cells here are the control: the checkpoint's dtype is theirs.
+    assert any(r.ok and r.axes["target_dtype"] == "bfloat16" for r in results)

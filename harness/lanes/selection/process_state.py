@@ -35,14 +35,18 @@ class ConfigCheckpoints:
         self.root = root
         self.shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
         self.target = write_target(root, self.shape, weights=False)
-        self._targets: dict[str, Path] = {"qwen3": self.target}
+        self._targets: dict[str, Path] = {"qwen3-bfloat16-qwen3": self.target}
         self._drafts: dict[tuple[DraftSpec, int], DraftTruth] = {}
 
-    def target_of(self, family: str) -> Path:
-        """The config-only target of a family (harness.axes.TARGET_MODELS), written on first use."""
-        if family not in self._targets:
-            self._targets[family] = write_target(self.root, self.shape, weights=False, family=family)
-        return self._targets[family]
+    def target_of(self, family: str, dtype: str = "bfloat16", head: str = "qwen3") -> Path:
+        """The config-only target of a family, dtype and attention geometry (harness.axes
+        TARGET_MODELS, TARGET_DTYPES, TARGET_HEADS), written on first use."""
+        key = "-".join((family, dtype, head))
+        if key not in self._targets:
+            self._targets[key] = write_target(
+                self.root, self.shape, weights=False, family=family, dtype=dtype, head=head
+            )
+        return self._targets[key]
 
     def draft(self, spec: DraftSpec, head_size: int) -> DraftTruth:
         if (spec, head_size) not in self._drafts:
@@ -179,7 +183,7 @@ class ProcessState:
             details["settings_not_audited"] = unaudited
         observed = layers.backends
         spec, _ = draft_spec(cell)
-        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.draft_kv_cache_dtype(cell))
+        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if lost:
             return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
@@ -194,9 +198,10 @@ class ProcessState:
         """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
         wanted: dict[str, Any] = {
             "head_size": self.head_size(cell),
-            "dtype": getattr(self.apis.torch, str(SELECTION.value(cell.values, "dtype"))),
+            # The draft's layers are built in the target's dtype (by design, draft_model_config).
+            "dtype": getattr(self.apis.torch, str(SELECTION.value(cell.values, "target_dtype"))),
             # The draft's layers select with the draft's own cache dtype when one is set.
-            "kv_cache_dtype": self.draft_kv_cache_dtype(cell),
+            "kv_cache_dtype": self.requested(cell).kv_cache_dtype,
             "block_size": None,
             "has_sink": bool(cell.get("sink")),
             "use_non_causal": not bool(cell.get("causal")),
@@ -214,10 +219,14 @@ class ProcessState:
         return int(cell.get("head_size") or self.options.head_dim)
 
     @staticmethod
-    def draft_kv_cache_dtype(cell: Cell) -> str:
-        """speculative_config.kv_cache_dtype when the cell sets one, else the target's."""
+    def requested(cell: Cell) -> audit.Requested:
+        """What the cell's engine arguments ask of the draft's dtypes (``harness.attention.audit``)."""
         own = str(cell.get("draft_kv_cache_dtype", "target"))
-        return str(SELECTION.value(cell.values, "kv_cache_dtype")) if own == "target" else own
+        return audit.Requested(
+            None if own == "target" else own,
+            str(SELECTION.value(cell.values, "kv_cache_dtype")),
+            str(SELECTION.value(cell.values, "target_dtype")),
+        )
 
     def select(self, cell: Cell) -> Selection:
         apis = self.apis
@@ -300,13 +309,11 @@ class ProcessState:
         spec, _ = draft_spec(cell)
         truth = self.checkpoints.draft(spec, self.head_size(cell))
         base = EngineSettings(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
-        return engine_config(
-            self.checkpoints.target_of(str(SELECTION.value(cell.values, "target_model"))),
-            truth.path,
-            cell.requested_backend,
-            str(SELECTION.value(cell.values, "dtype")),
-            engine_settings(cell, base),
+        dtype = str(SELECTION.value(cell.values, "target_dtype"))
+        target = self.checkpoints.target_of(
+            str(SELECTION.value(cell.values, "target_model")), dtype, str(SELECTION.value(cell.values, "target_head"))
         )
+        return engine_config(target, truth.path, cell.requested_backend, dtype, engine_settings(cell, base))
 
     def _target(self) -> Any:
         """What the loaders read from the target: the embedding and LM head the draft shares.
