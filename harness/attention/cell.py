@@ -130,6 +130,13 @@ def kv_reference_dtype(kv_cache_dtype: str) -> torch.dtype | None:
     return _KV_REFERENCE_DTYPES.get(kv_cache_dtype)
 
 
+def calibrated_kv(engine: EngineSettings) -> bool:
+    """Whether the cell's draft carries calibrated k/v scales (``DraftSpec.kv_scales``): exactly
+    when its own KV cache is e4m3 fp8, the cache such scales are calibrated for."""
+    draft_kv = engine.draft_kv_cache_dtype or engine.kv_cache_dtype
+    return kv_reference_dtype(draft_kv) is torch.float8_e4m3fn
+
+
 # context = "long": contexts past the kernels' split-KV / multi-tile thresholds.
 # - TRITON_ATTN (vLLM 0.33.0, triton_unified_attention.py) takes its 3D split-KV path (16
 #   softmax segments, NUM_PAR_SOFTMAX_SEGMENTS) only for causal batches of at most 8 query
@@ -277,7 +284,7 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
     spec, head_size = draft_spec(cell)
-    truth = workspace.draft(spec, head_size)
+    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), head_size)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))
     target_model = str(cell.get("target_model", "qwen3"))
@@ -415,8 +422,38 @@ def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: Ce
     return LayerRun(runs, plan.forward.run(attn, ready.attention_config, runs, built.draft.causal[index], stages))
 
 
-def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
-    return tensors if dtype is None else tuple(t.to(dtype).float() for t in tensors)
+def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None, scale: float) -> tuple[torch.Tensor, ...]:
+    """What a kernel reads back from an fp8 cache (or a quantized query): each value divided by
+    its scale in fp32, rounded to ``dtype`` (Triton's cache write, ``x / k_scale`` stored through
+    an fp8 pointer; ``static_scaled_fp8_quant``, ``x / q_scale`` saturated to e4m3's range) and
+    multiplied back by the scale (the kernels' descale)."""
+    if dtype is None:
+        return tensors
+    limit = torch.finfo(dtype).max
+    return tuple((t.float() / scale).clamp(-limit, limit).to(dtype).float() * scale for t in tensors)
+
+
+# vLLM 0.33.0 triton_unified_attention: an fp8 query makes the kernel's KV tiles 32 keys
+# (_get_tile_size: "at least 32 for fp8"; the Gemma3 signature, a 1024 window, and the tuned
+# head-256 SM100 path, 128, are never a draft cell's), and a causal batch of at most
+# MAX_3D_QUERY_LEN query tokens per request runs the split-KV kernel with
+# NUM_PAR_SOFTMAX_SEGMENTS segments: the harness's batches (at most max_num_seqs requests) stay
+# under seq_threshold_3D and the scratch rows. SM120's 64 segments are not modelled.
+_TRITON_FP8_TILE = 32
+_TRITON_MAX_3D_QUERY_LEN = 8
+_TRITON_SEGMENTS = 16
+
+
+def fp8_accumulation(attn: Any, causal: bool, query_len: int, kv_rounding: torch.dtype | None) -> Any:
+    """How the layer's kernel rounds P @ V, where the reference models it (None: it computes P @ V
+    in the query's own precision, or the reference does not model its fp8 arithmetic)."""
+    from harness.attention.paged import quantizes_query
+    from harness.attention.reference import Fp8Accumulation
+
+    if kv_rounding is None or not quantizes_query(attn) or type(attn.impl).__name__ != "TritonAttentionImpl":
+        return None
+    split_kv = causal and query_len <= _TRITON_MAX_3D_QUERY_LEN
+    return Fp8Accumulation(kv_rounding, _TRITON_FP8_TILE, _TRITON_SEGMENTS if split_kv else 1)
 
 
 def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run: LayerRun) -> dict[str, Any]:
@@ -427,19 +464,22 @@ def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run:
 
     attn, truth = built.layers[index], cell.truth
     # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
-    # the reference rounds it the same way, as it rounds K and V for an fp8 cache.
+    # the reference rounds it the same way, as it rounds K and V for an fp8 cache, each with the
+    # scale the harness wrote for this layer (never one read back from the layer).
     query_rounding = torch.float8_e4m3fn if quantizes_query(attn) else None
+    k_scale, v_scale = truth.layer_kv_scales(index)
     batch_errors = []
     for (batch, inputs), output in zip(run.runs, run.outputs, strict=True):
         expected = reference_attention(
-            _rounded((inputs.query,), query_rounding)[0],
-            _rounded(inputs.keys, ready.kv_rounding),
-            _rounded(inputs.values, ready.kv_rounding),
+            _rounded((inputs.query,), query_rounding, truth.layer_q_scale(index))[0],
+            _rounded(inputs.keys, ready.kv_rounding, k_scale),
+            _rounded(inputs.values, ready.kv_rounding, v_scale),
             [batch.query_len] * len(batch.context_lens),
             scale=truth.scale,
             causal=truth.layer_causal(index),
             sinks=truth.layer_sinks(index),
             window=truth.layer_window(index),
+            fp8_accumulation=fp8_accumulation(attn, truth.layer_causal(index), batch.query_len, ready.kv_rounding),
         )
         batch_errors.append(float((output.float().cpu() - expected).abs().max()))
     return {

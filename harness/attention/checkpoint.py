@@ -58,6 +58,12 @@ class DraftSpec:
     sliding_window: int = 0  # 0 = no sliding window
     method: str = "dflash"
     layers: str = "uniform"
+    # Calibrated per-layer k/v scales for an fp8 (e4m3) KV cache, written as quantization tools
+    # write them (``write_draft``). Only a draft whose KV cache is e4m3 fp8 carries them: the
+    # ``kv_cache_scheme`` that makes vLLM load them also turns a draft KV dtype left to "auto"
+    # into fp8, and vLLM 0.33.0 refuses scales with fp8_e5m2 ("fp8_e5m2 kv-cache is not
+    # supported with fp8 checkpoints", ``attention.py`` ``_init_kv_cache_quant``).
+    kv_scales: bool = False
 
     @property
     def dirname(self) -> str:
@@ -65,7 +71,8 @@ class DraftSpec:
         method = "" if self.method == "dflash" else f"-{self.method}"
         layers = "" if self.layers == "uniform" else f"-{self.layers}"
         causal = "causal" if self.causal else "noncausal"
-        return f"draft{method}-{causal}-{'sink' if self.sink else 'nosink'}{window}{layers}"
+        scales = "-kvscales" if self.kv_scales else ""
+        return f"draft{method}-{causal}-{'sink' if self.sink else 'nosink'}{window}{layers}{scales}"
 
     @property
     def layer_types(self) -> tuple[str, ...] | None:
@@ -85,6 +92,8 @@ class DraftTruth:
     spec: DraftSpec
     shape: ModelShape
     sinks: tuple[tuple[float, ...], ...] | None  # per draft layer, per head; None without sinks or weights
+    # Per draft layer (k_scale, v_scale) as written (bf16-rounded); None: the draft carries none.
+    kv_scales: tuple[tuple[float, float], ...] | None = None
 
     @property
     def scale(self) -> float:
@@ -118,6 +127,17 @@ class DraftTruth:
 
     def layer_sinks(self, layer: int) -> tuple[float, ...] | None:
         return None if self.sinks is None else self.sinks[layer]
+
+    def layer_kv_scales(self, layer: int) -> tuple[float, float]:
+        """Draft layer ``layer``'s (k_scale, v_scale): what it wrote, else vLLM's default 1.0."""
+        return (1.0, 1.0) if self.kv_scales is None else self.kv_scales[layer]
+
+    def layer_q_scale(self, layer: int) -> float:
+        """The scale vLLM quantizes the layer's query with. The checkpoint carries no q_scale:
+        vLLM 0.33.0's ``BaseKVCacheMethod.process_weights_after_loading`` then copies k_scale
+        into ``_q_scale`` (warning "Setting it to k_scale") and, further down, overwrites it with
+        1.0 (``layer.q_scale`` is still the -1 sentinel). 1.0 is what the layer carries."""
+        return 1.0
 
 
 def _dimensions(shape: ModelShape) -> dict[str, object]:
@@ -181,6 +201,31 @@ def _sink_values(generator: torch.Generator, heads: int) -> torch.Tensor:
     # Sink logits around 1 with spread 2: the same order as the attention logits of
     # unit-variance q/k, so a kernel that drops the sink moves the output by tenths.
     return (torch.randn(heads, generator=generator) * 2.0 + 1.0).to(CHECKPOINT_DTYPE)
+
+
+# What llm-compressor writes for a kv-cache-only recipe (a static per-tensor fp8 kv_cache_scheme,
+# no weight quantization): vLLM reads it as compressed-tensors, gives every attention layer a
+# CompressedTensorsKVCacheMethod (k_scale/v_scale parameters) and every linear layer
+# UnquantizedLinearMethod, so DFlash's fused context K/V projection is kept.
+KV_CACHE_QUANTIZATION_CONFIG: dict[str, object] = {
+    "quant_method": "compressed-tensors",
+    "format": "dense",
+    "quantization_status": "compressed",
+    "config_groups": {},
+    "ignore": [],
+    "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True},
+}
+# e4m3's largest finite value: a calibration divides each layer's K/V absolute maximum by it.
+E4M3_MAX = 448.0
+
+
+def _kv_scales(generator: torch.Generator) -> torch.Tensor:
+    # One layer's (k_scale, v_scale) as a calibration over inputs of absolute maximum 8-16 would
+    # write: the harness's unit-normal K/V never saturate the e4m3 range (|x| < 8 at 1e-15), the
+    # scales are not powers of two (so a kernel that skips them rounds elsewhere) and every
+    # layer's differ from every other's and from 1.0.
+    amax = 8.0 + 8.0 * torch.rand(2, generator=generator)
+    return (amax / E4M3_MAX).to(CHECKPOINT_DTYPE).reshape(2, 1)
 
 
 def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.Tensor] | None) -> None:
@@ -325,9 +370,27 @@ def write_draft(
             values = _sink_values(generator, shape.heads)
             tensors[f"layers.{layer}.self_attn.attention_sink_bias"] = values
             sinks.append(tuple(float(v) for v in values.float()))
+    kv_scales: list[tuple[float, float]] = []
+    if spec.kv_scales:
+        # Drawn after every weight, so a draft with scales has the same weights as one without.
+        # Named as llm-compressor names them (``<attention>.k_scale``, beside the projections);
+        # vLLM's cache-scale mapper (QuantizationConfig.get_cache_scale_mapper) moves them to
+        # ``self_attn.attn.k_scale``.
+        config["quantization_config"] = KV_CACHE_QUANTIZATION_CONFIG
+        for layer in range(shape.draft_layers):
+            k_scale, v_scale = _kv_scales(generator)
+            tensors[f"layers.{layer}.self_attn.k_scale"] = k_scale
+            tensors[f"layers.{layer}.self_attn.v_scale"] = v_scale
+            kv_scales.append((float(k_scale.float()), float(v_scale.float())))
     path = root / f"{spec.dirname}-hd{shape.head_dim}"
     _write(path, config, tensors if weights else None)
-    return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink and weights else None)
+    return DraftTruth(
+        path=path,
+        spec=spec,
+        shape=shape,
+        sinks=tuple(sinks) if spec.sink and weights else None,
+        kv_scales=tuple(kv_scales) if kv_scales and weights else None,
+    )
 
 
 # DFlash2 (qwen3_dflash2.py): each decoder layer wraps attention and MLP in grouped
