@@ -161,13 +161,13 @@ def test_fp8_accumulation_rounds_each_probability_times_256_to_e4m3():
 
 
 def test_fp8_accumulation_rounds_against_the_running_maximum_tile_by_tile():
-    """The maximum in the second tile: the first tile's probabilities were rounded against a
-    smaller running maximum, so one pass (online softmax) and one segment per tile (split-KV,
-    each segment its own maximum) round differently; both stay within fp8's relative 2**-4."""
+    """Tiles of 2 keys: one pass (the online softmax's running maximum) and one segment per tile
+    (split-KV, each segment its own maximum) round the same probabilities against different
+    maxima, so they differ; both stay within fp8's relative 2**-4 of the exact result."""
     from harness.attention.reference import Fp8Accumulation
 
     q, keys, values, lens = tiny_batch(seed=3, dim=8)
-    base = dict(scale=1.0, causal=True, sinks=[0.5, -1.0, 0.0, 2.0], window=None)
+    base: dict[str, Any] = dict(scale=1.0, causal=True, sinks=[0.5, -1.0, 0.0, 2.0], window=None)
     exact = reference_attention(q, keys, values, lens, **base)
     one_pass = reference_attention(
         q, keys, values, lens, **base, fp8_accumulation=Fp8Accumulation(torch.float8_e4m3fn, 2)

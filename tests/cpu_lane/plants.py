@@ -251,3 +251,33 @@ def nudge_sinks_in_v2_loader(lane: Any) -> None:
         return model
 
     utils.load_dflash_model = nudged
+
+
+def kv_scales_not_loaded(lane: Any) -> None:
+    """The KV-cache scale parameters ignore what the checkpoint holds (a loader that drops the
+    ``k_scale``/``v_scale`` tensors): vLLM then falls back to 1.0, as for a draft without scales."""
+    from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter
+
+    def ignored(param: Any, loaded_weight: Any) -> None:
+        _log("dropped a kv-cache scale")
+
+    KVCacheScaleParameter.weight_loader = staticmethod(ignored)
+
+
+def kernel_reads_unit_key_scale(lane: Any) -> None:
+    """CPU_ATTN's attention kernel reads the keys back with a scale of 1.0 (the cache write still
+    uses the layer's): the layer carries its scale, the audit sees nothing; only an fp8 cache
+    is descaled."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    forward = CPUAttentionBackendImpl.forward
+
+    @functools.wraps(forward)
+    def unit_key_scale(self: Any, layer: Any, *args: Any, **kwargs: Any) -> Any:
+        k_scale, layer._k_scale_float = layer._k_scale_float, 1.0
+        try:
+            return forward(self, layer, *args, **kwargs)
+        finally:
+            layer._k_scale_float = k_scale
+
+    CPUAttentionBackendImpl.forward = unit_key_scale
