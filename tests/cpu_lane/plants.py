@@ -254,14 +254,23 @@ def nudge_sinks_in_v2_loader(lane: Any) -> None:
 
 
 def kv_scales_not_loaded(lane: Any) -> None:
-    """The KV-cache scale parameters ignore what the checkpoint holds (a loader that drops the
-    ``k_scale``/``v_scale`` tensors): vLLM then falls back to 1.0, as for a draft without scales."""
-    from vllm.model_executor.layers.quantization.kv_cache import KVCacheScaleParameter
+    """A DFlash loader that drops the checkpoint's ``k_scale``/``v_scale`` tensors: the layers keep
+    the compressed-tensors placeholders, 1.0 (``CompressedTensorsKVCacheMethod.create_weights``)."""
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
 
-    def ignored(param: Any, loaded_weight: Any) -> None:
-        _log("dropped a kv-cache scale")
+    load_weights = DFlashQwen3ForCausalLM.load_weights
 
-    KVCacheScaleParameter.weight_loader = staticmethod(ignored)
+    @functools.wraps(load_weights)
+    def without_scales(self: Any, weights: Any) -> Any:
+        kept = []
+        for name, weight in weights:
+            if name.endswith(("self_attn.k_scale", "self_attn.v_scale")):
+                _log(f"dropped {name}")
+            else:
+                kept.append((name, weight))
+        return load_weights(self, kept)
+
+    DFlashQwen3ForCausalLM.load_weights = without_scales
 
 
 def kernel_reads_unit_key_scale(lane: Any) -> None:
