@@ -100,11 +100,11 @@ class GpuOptions(CpuOptions):
     # 64/128/256 only), as real DFlash drafts use.
     head_dim: int = option(128, integer(8), "head size of the target and draft checkpoints")
     # An fp8 KV cell is held to its dtype's tolerance where the reference models the kernel's fp8
-    # arithmetic exactly (K/V/Q rounded with the layer's scales; Triton's fp8 P @ V), and to this
-    # one where a backend quantizes the query and computes P @ V in fp8 in a way it does not model
-    # (FlashAttention 3's): docs/explanation/fp8-kv.md.
+    # arithmetic exactly (K/V/Q rounded with the layer's scales; Triton's fp8 P @ V: cell.FP8_MODELLED),
+    # and to this one on a backend whose fp8 arithmetic it does not model (FlashAttention 3 and
+    # FlashInfer, unmeasured): docs/explanation/fp8-kv.md.
     kv_fp8_tolerance: float = option(
-        0.1, positive_number, "max abs error of fp8-KV layers whose fp8 P @ V the reference does not model"
+        0.1, positive_number, "max abs error of fp8-KV layers whose fp8 arithmetic the reference does not model"
     )
     # None: vLLM picks it, as for a user who passes no --block-size (the selection lane asks the
     # same way); a matrix sets it to test what an explicit size does.
