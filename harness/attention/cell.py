@@ -37,6 +37,7 @@ from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.differential import v1_differential
 from harness.attention.draft import EngineSettings
 from harness.attention.paged import Batch, Inputs
+from harness.attention.reference import Fp8Accumulation
 from harness.attention.workspace import Workspace
 from harness.axes import DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
@@ -459,11 +460,12 @@ _TRITON_MAX_3D_QUERY_LEN = 8
 _TRITON_SEGMENTS = 16
 
 
-def fp8_accumulation(attn: Any, causal: bool, query_len: int, kv_rounding: torch.dtype | None) -> Any:
+def fp8_accumulation(
+    attn: Any, causal: bool, query_len: int, kv_rounding: torch.dtype | None
+) -> Fp8Accumulation | None:
     """How the layer's kernel rounds P @ V, where the reference models it (None: it computes P @ V
     in the query's own precision, or the reference does not model its fp8 arithmetic)."""
     from harness.attention.paged import quantizes_query
-    from harness.attention.reference import Fp8Accumulation
 
     if kv_rounding is None or not quantizes_query(attn) or type(attn.impl).__name__ != "TritonAttentionImpl":
         return None
