@@ -30,6 +30,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,7 @@ from typing import Any
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
 from harness.contracts.lanes import CONTRACTS, LANES
 from harness.contracts.model import Contract
-from harness.covering import Covering, cover
+from harness.covering import Covering, Factors, cover
 from harness.errors import InputError
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
@@ -93,7 +94,7 @@ class Matrix:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def tolerance_for(self, dtype: AxisValue | None) -> float | None:
-        return dict(self.tolerances).get(str(dtype)) if dtype is not None else None
+        return _tolerance(self.tolerances, dtype)
 
     @property
     def all_axes(self) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
@@ -172,33 +173,61 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    defaults = {name: AXES_BY_NAME[name].default for name, _ in matrix.cover}
+    return _covering(matrix.axes, matrix.cover, matrix.exclusions)
+
+
+def _covering(axes: Factors, covered: Factors, exclusions: tuple[Selector, ...]) -> Covering:
+    defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
-        matrix.axes,
-        matrix.cover,
+        axes,
+        covered,
         {name: value for name, value in defaults.items() if value is not None},
-        lambda partial: any(selector_matches(rule, partial) for rule in matrix.exclusions),
+        lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
     )
 
 
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
+    cells, duplicate = _cells(
+        matrix.lane, matrix.axes, matrix.cover, matrix.exclusions, matrix.tolerances, matrix.timeout_s
+    )
+    if duplicate is not None:
+        raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
+    return cells
+
+
+@functools.lru_cache(maxsize=32)
+def _cells(
+    lane: str,
+    axes: Factors,
+    covered: Factors,
+    exclusions: tuple[Selector, ...],
+    tolerances: tuple[tuple[str, float], ...],
+    timeout_s: float,
+) -> tuple[tuple[Cell, ...], str | None]:
+    """The cells, and the first duplicate id if any. They depend only on these declared fields, so a
+    process expands each matrix once: loading checks it, then the runner, the reports, `cells` and the
+    findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
-    seen: dict[str, dict[str, AxisValue]] = {}
-    for values in covering(matrix).rows:
+    seen: set[str] = set()
+    for values in _covering(axes, covered, exclusions).rows:
         ident = cell_id(values)
         if ident in seen:
-            raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
-        seen[ident] = values
+            return (), ident
+        seen.add(ident)
         cells.append(
             Cell(
                 id=ident,
-                lane=matrix.lane,
+                lane=lane,
                 axes=tuple((name, values[name]) for name in AXIS_NAMES if name in values),
-                tolerance=matrix.tolerance_for(values.get("dtype")),
-                timeout_s=matrix.timeout_s,
+                tolerance=_tolerance(tolerances, values.get("dtype")),
+                timeout_s=timeout_s,
             )
         )
-    return tuple(cells)
+    return tuple(cells), None
+
+
+def _tolerance(tolerances: tuple[tuple[str, float], ...], dtype: AxisValue | None) -> float | None:
+    return dict(tolerances).get(str(dtype)) if dtype is not None else None
 
 
 Selector = tuple[tuple[str, tuple[AxisValue, ...]], ...]

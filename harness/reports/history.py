@@ -10,7 +10,8 @@ run a cell shows it as not run and is stepped over, never read as a change; so i
 no verdict in a release (an environment failure: it crashed importing vLLM, its lane did not
 start), which the caller names with its reason (``dflash-matrix history`` decides which).
 Each change says the finding (harness/findings.py) it starts or ends, from the findings the
-cells' records carry.
+cells' records carry; ``finding_releases`` reads, per finding, the releases that show it (its first
+bad and last good release, and its cells per release: ``dflash-matrix findings --history``).
 
 Pure: no I/O, no vLLM. Renders Markdown (history.md) and JSON (history.json).
 """
@@ -24,10 +25,11 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from harness.findings import finding_change
+from harness.findings import Finding, finding_change
 from harness.reports.device_grid import SYMBOLS
 from harness.reports.markdown import MAX_LISTED, md
 from harness.reports.model import Report, Run
+from harness.result import CellResult
 from harness.verdict import VERDICT_ORDER, Verdict
 
 CHANGED = "▶"  # the verdict differs from the previous release's
@@ -141,6 +143,114 @@ def release_history(report: Report, no_verdict: Mapping[tuple[str, str], str] | 
     return tuple(histories)
 
 
+@dataclass(frozen=True)
+class FindingReleases:
+    """One finding across the releases of one slot's history: per release, how many of its cells
+    (those some release's expectations put under it) show it, how many get what they would without
+    it, and how many gave a verdict at all. A release outside the finding's recorded range counts as
+    well: a cell there shows it when it gets the verdict and message it has under the finding."""
+
+    finding: str
+    slot: str
+    releases: tuple[str, ...]  # oldest first; () when the history ran no release of this slot
+    showing: tuple[int, ...]
+    without: tuple[int, ...]  # cells that get the verdict they would without the finding
+    ran: tuple[int, ...]
+
+    @property
+    def first_bad(self) -> str | None:
+        return next((release for release, n in zip(self.releases, self.showing, strict=True) if n), None)
+
+    @property
+    def last_good(self) -> str | None:
+        """The latest release before the first bad one in which some of its cells got what they would
+        without it (none showed it: that is the first bad one's definition). None: not measured there;
+        a release whose cells could not be asked (unavailable) is no good release."""
+        if (first := self.first_bad) is None:
+            return None
+        before = self.releases.index(first)
+        return next((self.releases[i] for i in reversed(range(before)) if self.without[i]), None)
+
+    @property
+    def fixed_in(self) -> str | None:
+        """The first release after the last one that shows it in which its cells get what they would without it."""
+        last = max((i for i, n in enumerate(self.showing) if n), default=None)
+        if last is None:
+            return None
+        return next((self.releases[i] for i in range(last + 1, len(self.releases)) if self.without[i]), None)
+
+    def per_release(self) -> str:
+        """``0.30.0 40/40 · 0.31.0 40/40``: the cells showing it of those that gave a verdict, per release."""
+        return " · ".join(
+            f"{release} {showing}/{ran}"
+            for release, showing, ran in zip(self.releases, self.showing, self.ran, strict=True)
+        )
+
+
+def _shows(record: CellResult, signatures: set[tuple[Verdict, str | None]]) -> bool:
+    return any(
+        record.verdict == verdict and (not message or message in record.message) for verdict, message in signatures
+    )
+
+
+def _count(
+    finding: Finding, signatures: Mapping[str, set[tuple[Verdict, str | None]]], records: Mapping[str, CellResult]
+) -> tuple[int, int, int]:
+    """In one release: the finding's cells that show it, that get what they would without it, that gave a verdict."""
+    showing = without = ran = 0
+    for cell, seen in signatures.items():
+        record = records.get(cell)
+        if record is None:
+            continue
+        ran += 1
+        if _shows(record, seen):
+            showing += 1
+        elif record.verdict != Verdict.UNAVAILABLE:  # a cell the release cannot ask says nothing either way
+            correct = record.correct.verdict if record.correct is not None else record.expected
+            without += record.verdict in finding.correct_verdicts(correct)
+    return showing, without, ran
+
+
+def finding_releases(
+    report: Report, no_verdict: Mapping[tuple[str, str], str] | None = None
+) -> dict[tuple[str, str], FindingReleases]:
+    """(slot, finding id) -> the finding across the releases of that slot's history (``release_history``'s
+    runs and ``no_verdict``: a cell that gave no verdict in a release counts in none of its figures).
+
+    A cell shows its finding in a release when it gets the verdict (and message) its expectation records
+    under the finding in some release where it showed it as recorded; it gets what it would without it when
+    its verdict is the finding's correct one (``Finding.correct_verdicts`` of the rule it falls to without
+    the finding: its ``correct`` under the finding, its ``expected`` outside the finding's range)."""
+    found: dict[tuple[str, str], FindingReleases] = {}
+    for history in release_history(report, no_verdict):
+        records = [{row.cell.id: row.cell for row in report.rows_of(run.key)} for run in history.runs]
+        skipped = {
+            (index, cell.cell) for cell in history.cells for index, step in enumerate(cell.steps) if step.no_verdict
+        }
+        findings: dict[str, Finding] = {}
+        signatures: dict[str, dict[str, set[tuple[Verdict, str | None]]]] = {}
+        for cells in records:
+            for record in cells.values():
+                if record.finding is None:
+                    continue
+                findings.setdefault(record.finding.id, record.finding)
+                seen = signatures.setdefault(record.finding.id, {}).setdefault(record.id, set())
+                if record.ok:
+                    seen.add((record.expected, record.expected_message))
+        for ident, finding in findings.items():
+            counts = [
+                _count(
+                    finding,
+                    signatures[ident],
+                    {cell: record for cell, record in cells.items() if (index, cell) not in skipped},
+                )
+                for index, cells in enumerate(records)
+            ]
+            showing, without, ran = (tuple(column) for column in zip(*counts, strict=True))
+            found[history.slot, ident] = FindingReleases(ident, history.slot, history.releases, showing, without, ran)
+    return found
+
+
 def history_json(histories: Sequence[SlotHistory], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
         **(extra or {}),
@@ -246,8 +356,6 @@ def history_markdown(histories: Sequence[SlotHistory], notes: Sequence[str] = ()
                 first = next((s.verdict for s in cell.steps if s.verdict is not None and not s.no_verdict), None)
                 if first is not None:  # a cell that gave a verdict in no release counts under none
                     counts[first] += 1
-            lines.append(
-                "By verdict: " + ", ".join(f"{verdict.value} {n}" for verdict, n in counts.items() if n) + "."
-            )
+            lines.append("By verdict: " + ", ".join(f"{verdict.value} {n}" for verdict, n in counts.items() if n) + ".")
             lines += ["", *_table(history, steady), ""]
     return "\n".join(lines) + "\n"

@@ -60,6 +60,8 @@ def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys
     index = (out / "index.md").read_text()
     assert "(target-per-kind-backend-overrides-draft.md)" in index
     assert "ROCm backends whose checks query torch.cuda" in index and "harness-limitation" in index
+    assert "(rocm-checks-need-a-driver.md)" not in index  # no page for a harness limitation, so no link
+    assert "| 0.26.0 |" in index and "| not run |" in index and "| - |" in index
     printed = capsys.readouterr().out
     assert "not run here" in printed and "wrote 1 page(s), 1 repro script(s) and index.md" in printed
 
@@ -73,6 +75,54 @@ def test_the_configuration_a_cell_stands_for() -> None:
         "target_attention": "FLASHINFER",
     }
     arguments = user_configuration(axes)
+    assert arguments["model"] == "<a Qwen3 target>"
+    assert "Mistral-7B-v0.1" in user_configuration({**axes, "target_model": "mistral_swa"})["model"]
     assert "attention_backend" not in arguments["speculative_config"]
     assert arguments["speculative_config"]["kv_cache_dtype"] == "fp8"
     assert arguments["attention_backend"] == "FLASHINFER" and "attention_config" not in arguments
+
+
+def test_the_script_is_written_for_the_first_of_a_findings_cells_repro_can_build(tmp_path: Path) -> None:
+    """The per-kind finding's first cell is a DSpark draft, which the selection script does not build:
+    the page's script and configuration come from its first DFlash cell."""
+    matrix = load_matrix(matrix_path("selection"))
+    expectations = expectations_for(matrix, "0.33.0")
+    cells = {cell.id: cell for cell in expand(matrix)}
+    dspark = "sm80-auto-dspark-causal-sink-hd256-dkv-fp8-tgtkind.FLASHINFER-v2-cubin"
+    dflash = "sm90-FLASH_ATTN-noncausal-nosink-dkv-auto-tgtkind.FLASHINFER-v1-nocubin"
+    records = []
+    for ident, asked in ((dspark, None), (dflash, "FLASH_ATTN")):
+        seen = Observation(asked, platform_choice=asked or "TRITON_ATTN", observed_backends=("FLASHINFER",))
+        records.append({**decide(cells[ident], seen, expectations.for_cell(cells[ident])).to_json(), "run": "s"})
+    assert [record["finding"]["id"] for record in records] == ["target-per-kind-backend-overrides-draft"] * 2
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [RUN], "cells": records}))
+    out = tmp_path / "pages"
+    assert main(["findings", str(report), "--out", str(out)]) == 1  # not run: no vLLM here
+    page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
+    assert f"Cell `{dflash}`:" in page and f"cell `{dflash}`) asserts vLLM's correct behaviour" in page
+    script = (out / "target-per-kind-backend-overrides-draft-repro.py").read_text()
+    assert f"Repro of dflash-matrix cell {dflash} (selection lane)" in script
+
+
+def test_a_script_that_cannot_run_on_this_machine_is_not_run_here_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gpu cell's script on a machine without its GPU exits 2 with one line: the page says it did
+    not run, and why, rather than reporting an exit status as if vLLM had been judged."""
+    import subprocess
+
+    from harness.commands import findings
+
+    def without_the_gpu(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        why = "cannot run here: this cell needs a CUDA GPU of compute capability 8.0; torch sees none\n"
+        return subprocess.CompletedProcess(command, 2, stdout="", stderr=why)
+
+    monkeypatch.setattr(findings, "_installed_vllm", lambda: "0.33.0")
+    monkeypatch.setattr(findings.subprocess, "run", without_the_gpu)
+    out = tmp_path / "pages"
+    assert main(["findings", str(_report(tmp_path / "report")), "--out", str(out)]) == 1
+    page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
+    assert "not run here: cannot run here: this cell needs a CUDA GPU" in page
+    assert "exited 2" not in page and "not run here: cannot run here" in capsys.readouterr().out

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -10,11 +12,13 @@ from typing import Any
 
 import pytest
 
+from harness.attention import audit
+from harness.attention.configs import SELECTION_SHAPE, target_config
 from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import expectations_for
 from harness.findings import load_findings
-from harness.matrix import expand, load_matrix
+from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation
 from harness.result import decide
 
@@ -72,7 +76,12 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     assert "__" + "CELL_JSON__" not in text and "vLLM: 0.24.0" in text and "vllm==0.24.0" in text
     namespace: dict[str, object] = {}
     exec(compile(text.split("\ndef load_libcuda", 1)[0], "repro", "exec"), namespace)
-    assert namespace["CELL"] == {
+    payload = namespace["CELL"]
+    assert isinstance(payload, dict)
+    checkpoints = {key: payload.pop(key) for key in ("target_config", "draft_config", "asked", "settings")}
+    assert checkpoints["target_config"]["architectures"] == ["Qwen3ForCausalLM"]  # the cell's (default) target
+    assert checkpoints["asked"][0]["sinks"] is True and checkpoints["asked"][0]["sliding_window"] is None
+    assert payload == {
         "id": CELL["id"],
         "axes": CELL["axes"],
         "expected": "pass",
@@ -90,7 +99,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     ("cells", "cell", "fragment"),
     [
         ([CELL], "sm90-NOPE", "the report has no cell 'sm90-NOPE'"),
-        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "gpu lane"),
+        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "fake"}], "sm90-FLASH_ATTN-causal", "fake lane"),
+        # A gpu cell's inputs come from its run's matrix too.
+        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "matrix"),
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
         ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
@@ -220,3 +231,323 @@ def test_an_over_claims_script_takes_the_refusal_or_a_pass_and_a_harness_limit_k
         payloads[cell.id] = json.loads(ast.literal_eval(text.split("CELL = json.loads(", 1)[1].split(")\n", 1)[0]))
     assert payloads[hpc.id]["accepted"] == ["pass", "unsupported"]  # fixed by honouring the claim or withdrawing it
     assert payloads[rocm.id]["accepted"] == ["crash"] and "finding" not in payloads[rocm.id]
+
+
+# -- the gpu lanes: one template, on a real GPU or emulated on the CPU --------------------------
+
+GPU_CELL = "sm90-TRITON_ATTN-causal-sink-bf16-v2"
+
+
+@functools.cache
+def _bundled(lane: str) -> tuple[Matrix, dict[str, Cell]]:
+    """A gpu lane's shipped matrix and its cells by id (the gpu matrix's 10,000 take seconds to expand)."""
+    matrix = load_matrix(matrix_path("gpu" if lane == "gpu" else "gpu-emulated"))
+    return matrix, {c.id: c for c in expand(matrix)}
+
+
+def _gpu_report(folder: Path, lane: str, cell_id: str = GPU_CELL, **recorded: Any) -> Path:
+    """A report of one cell of the bundled gpu or gpu-emulated matrix, as its lane records it."""
+    name = "gpu" if lane == "gpu" else "gpu-emulated"
+    matrix, cells = _bundled(lane)
+    cell = cells[cell_id]
+    expected = expectations_for(matrix, "0.33.0").for_cell(cell)
+    run = {**RUN, "lane": lane, "matrix": name, "matrix_path": f"matrices/{name}.toml", "vllm_version": "0.33.0"}
+    record = {
+        "id": cell_id,
+        "lane": lane,
+        "run": RUN["key"],
+        "axes": dict(cell.axes),
+        "expected": str(expected.verdict),
+        "expected_message": expected.message,
+        "verdict": str(expected.verdict),
+        "message": "recorded by this test",
+        **recorded,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": [record]}))
+    return folder
+
+
+def _payload(text: str, name: str = "CELL") -> Any:
+    return json.loads(ast.literal_eval(text.split(f"{name} = json.loads(", 1)[1].split(")\n", 1)[0]))
+
+
+def _written(tmp_path: Path, lane: str, cell_id: str = GPU_CELL, **recorded: Any) -> str:
+    out = tmp_path / lane / "repro.py"
+    assert (
+        main(
+            [
+                "repro",
+                cell_id,
+                "--report",
+                str(_gpu_report(tmp_path / lane, lane, cell_id, **recorded)),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    return out.read_text()
+
+
+@pytest.mark.parametrize("lane", ["gpu", "gpu_emulated"])
+def test_a_gpu_lanes_script_compiles_names_its_cell_and_imports_only_vllm_torch_and_the_stdlib(
+    tmp_path: Path, lane: str
+) -> None:
+    text = _written(tmp_path, lane)
+    tree = ast.parse(text)
+    compile(tree, "repro", "exec")
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
+    # triton: the interpreter set-up of an emulated cell, in the dependency vLLM's CUDA build brings.
+    assert imported - set(sys.stdlib_module_names) == {"vllm", "torch", "triton"}
+    assert text.startswith(f'"""Repro of dflash-matrix cell {GPU_CELL} ({lane} lane)')
+    payload = _payload(text)
+    matrix, cells = _bundled(lane)
+    cell = cells[GPU_CELL]
+    assert payload["id"] == GPU_CELL and payload["seed"] == cell.seed + matrix.lane_options.seed
+    assert payload["context_lens"] == list(matrix.lane_options.context_lens) and payload["tolerance"] == cell.tolerance
+    assert (payload["head_dim"], payload["block_size"], payload["graph"]) == (128, None, False)
+    emulation = _payload(text, "EMULATION")
+    assert emulation == (None if lane == "gpu" else {"capability": "9.0", "sm_count": 132})
+    assert ("cuCtxGetCurrent" in text) is (lane == "gpu_emulated")  # the stub libcuda.so.1 it compiles
+
+
+def test_the_gpu_script_differs_from_the_gpu_emulated_one_only_in_its_cell_and_its_emulation(tmp_path: Path) -> None:
+    """The gpu lane cannot run here (no GPU): its script is the emulated one's code path minus the
+    interpreter set-up, which EMULATION switches off; every other line is the same text."""
+    import difflib
+
+    gpu, emulated = _written(tmp_path, "gpu").splitlines(), _written(tmp_path, "gpu_emulated").splitlines()
+    changed = [
+        line[1:]
+        for line in difflib.unified_diff(gpu, emulated, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    prefixes = ('"""Repro of dflash-matrix cell', "CELL = json.loads(", "EMULATION = json.loads(", "STUB_C = ")
+    assert changed and all(line.startswith(prefixes) for line in changed), changed
+    assert {line.split(" ", 1)[0] for line in changed} == {'"""Repro', "CELL", "EMULATION", "STUB_C"}
+
+
+def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    captured = "sm90-TRITON_ATTN-causal-sink-bf16-v2-graph"
+    text = _written(tmp_path, "gpu_emulated", captured)
+    assert _payload(text)["graph"] is True
+    assert "This cell ran captured in a CUDA graph and replayed" in text
+    assert "note: eager only: the lane captured this cell in a CUDA graph" in capsys.readouterr().out
+    # Model Runner V1 never captures draft attention: its graph cells ran eagerly in the lane too.
+    v1 = _written(tmp_path / "v1", "gpu_emulated", "sm90-TRITON_ATTN-causal-sink-bf16-v1-graph")
+    assert _payload(v1)["graph"] is False and "Model Runner V1 never captures draft attention" in v1
+    assert "eager only" not in capsys.readouterr().out
+    # An over-claim judged the same eagerly as captured: its eager script asserts vLLM's correct behaviour.
+    matrix, cells = _bundled("gpu")
+    hpc = cells["sm90-HPC_ATTN-causal-nosink-bf16-v2-graph"]
+    built_nothing = decide(hpc, Observation("HPC_ATTN"), expectations_for(matrix, "0.33.0").for_cell(hpc)).to_json()
+    assert built_nothing["finding"] is not None
+    judged = {k: v for k, v in built_nothing.items() if k in ("verdict", "expected", "message", "finding", "correct")}
+    text = _written(tmp_path / "hpc", "gpu", hpc.id, **judged)
+    assert _payload(text)["graph"] is True and _payload(text)["accepted"] == ["pass", "unsupported"]
+
+
+@pytest.mark.parametrize(
+    ("lane", "cell", "recorded", "fragment"),
+    [
+        ("gpu_emulated", "sm90-FLASH_ATTN-causal-nosink-bf16-v2", {}, "axes.backend: unavailable on the emulated host"),
+        ("gpu_emulated", "sm90-FLEX_ATTENTION-causal-nosink-bf16-v1-graph", {}, "Inductor's C++ kernel"),
+        ("gpu", "sm90-auto-dspark-causal-sink-hd256-bf16-v2-long", {}, "axes.method: the gpu repro writes DFlash"),
+        (
+            "gpu",
+            "sm100-FLASHINFER-noncausal-sink-bf16-v2-graph",
+            {},
+            "axes.cudagraph: this cell's expectation (unsupported) rests",
+        ),
+        ("gpu_emulated", GPU_CELL, {"verdict": "loader-diff"}, "verdict: the script does not build Model Runner V1"),
+    ],
+)
+def test_a_gpu_cell_the_script_cannot_reproduce_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lane: str, cell: str, recorded: dict[str, Any], fragment: str
+) -> None:
+    out = tmp_path / "repro.py"
+    report = _gpu_report(tmp_path / "report", lane, cell, **recorded)
+    assert main(["repro", cell, "--report", str(report), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cells.{cell}." in err[0] and fragment in err[0] and not out.exists(), err
+
+
+def _script_main(text: str) -> Any:
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(text, "repro", "exec"), namespace)
+    return namespace["main"]
+
+
+def test_an_emulated_script_without_libcuda_or_gcc_says_so_in_one_line_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ctypes
+    import shutil
+
+    script_main = _script_main(_written(tmp_path, "gpu_emulated"))
+    capsys.readouterr()
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit) as exited:
+        script_main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "no libcuda.so.1 loads and gcc is not found" in err[0]
+
+
+@pytest.fixture(scope="module")
+def gpu_script(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _written(tmp_path_factory.mktemp("gpu"), "gpu")
+
+
+@pytest.mark.parametrize(
+    ("available", "capability", "fragment"), [(False, None, "sees none"), (True, (8, 0), "is 8.0")]
+)
+def test_a_gpu_script_without_the_cells_gpu_says_so_in_one_line_and_exits_2(
+    gpu_script: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    available: bool,
+    capability: tuple[int, int] | None,
+    fragment: str,
+) -> None:
+    import types
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: available,
+        get_device_capability=lambda device=0: capability,
+        get_device_name=lambda device=0: "Stand-in GPU",
+    )
+    monkeypatch.setitem(
+        sys.modules, "torch", types.SimpleNamespace(cuda=cuda, __version__="x", version=types.SimpleNamespace(cuda="y"))
+    )
+    script_main = _script_main(gpu_script)
+    with pytest.raises(SystemExit) as exited:
+        script_main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and fragment in err[0] and "capability 9.0" in err[0], err
+
+
+def test_a_selection_script_without_libcuda_or_gcc_cannot_run_and_exits_2_not_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 means "the failure reproduces": a machine that cannot build the stub driver is not that."""
+    import ctypes
+    import shutil
+    import types
+
+    ident = "sm90-TRITON_ATTN-causal-sink-v2-cubin"
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": "0.33.0"}],
+        "cells": [{**_recorded(ident, "0.33.0", "pass"), "run": RUN["key"]}],
+    }
+    (tmp_path / "matrix.json").write_text(json.dumps(document))
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(tmp_path), "--out", str(script)]) == 0
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        namespace["load_libcuda"](tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "gcc not found" in err[0]
+
+
+SEAM_CELLS = {
+    "target-window-reaches-draft": "sm90-FLASH_ATTN-noncausal-nosink-tgtmodel.mistralswa-v2-cubin",
+    "target-mm-prefix-reaches-draft": "sm90-TRITON_ATTN-noncausal-nosink-tgtmodel.gemma3mm-v1-cubin",
+}
+
+
+def _seam_report(folder: Path, ident: str, lost: str) -> Path:
+    """A 0.33.0 selection report of one target_model cell that shows its finding (wrong-setting)."""
+    matrix = load_matrix(matrix_path("selection"))
+    cell = next(c for c in expand(matrix) if c.id == ident)
+    backend = str(cell.get("backend"))
+    seen = Observation(backend, platform_choice=backend, observed_backends=(backend,), lost_settings=(lost,))
+    recorded = decide(cell, seen, expectations_for(matrix, "0.33.0").for_cell(cell)).to_json()
+    assert recorded["outcome"] == "match" and recorded["finding"] is not None
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": "0.33.0"}],
+        "cells": [{**recorded, "run": RUN["key"]}],
+    }
+    folder.mkdir()
+    (folder / "matrix.json").write_text(json.dumps(document))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("finding", "family", "setting", "bug"),
+    [
+        ("target-window-reaches-draft", "mistral_swa", "sliding_window", 64),
+        ("target-mm-prefix-reaches-draft", "gemma3_mm", "mm_prefix", True),
+    ],
+)
+def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_draft_layer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finding: str, family: str, setting: str, bug: object
+) -> None:
+    """The script writes the cell's own target (the lane's config of its family: a model-level window, a
+    multimodal prefix-LM) and compares each draft layer's settings with what its draft asked for: the
+    target's setting on a layer is wrong-setting (exit 1), the layer as asked is the pass the finding's
+    script expects (exit 0)."""
+    ident = SEAM_CELLS[finding]
+    asked_for = "none" if setting == "sliding_window" else "False"
+    lost = f"model.layers.0.self_attn.attn: {setting} is {bug}, the draft asked for {asked_for}"
+    report = _seam_report(tmp_path / "report", ident, lost)
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(report), "--out", str(script)]) == 0
+    payload = _payload(script.read_text())
+    assert payload["finding"]["id"] == finding and payload["accepted"] == ["pass"]
+    shape = dataclasses.replace(SELECTION_SHAPE, head_dim=128)  # the matrix's head_dim option
+    assert payload["target_config"] == json.loads(json.dumps(target_config(shape, family)))
+    assert payload["draft_config"]["architectures"] == ["DFlashDraftModel"]
+    assert payload["settings"] == list(audit.SETTINGS)
+    [asked] = payload["asked"]
+    assert (asked["sliding_window"], asked["kv_cache_spec_window"], asked["mm_prefix"]) == (None, None, False)
+    assert (asked["head_size"], asked["kv_cache_dtype"], asked["sinks"]) == (128, "auto", False)
+
+    import types
+
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    as_asked = {key: asked[key] for key in ("head_size", "num_kv_heads", "sliding_window", "sinks", "scale")}
+    layer = types.SimpleNamespace(
+        **as_asked,
+        kv_cache_dtype="auto",
+        use_mm_prefix=False,
+        has_sink=False,
+        **{f"_{name}{copy}": 1.0 for name in ("k_scale", "v_scale", "q_scale") for copy in ("", "_float")},
+        impl=types.SimpleNamespace(scale=asked["scale"]),
+        get_kv_cache_spec=lambda config: types.SimpleNamespace(sliding_window=asked["sliding_window"]),
+    )
+    name = "model.layers.0.self_attn.attn"
+    carried = namespace["layer_settings"](layer, None)
+    assert set(carried) == set(audit.SETTINGS) - {"causal"}  # the loader's causal flag is the lane's alone
+    assert namespace["differences"]([name], [carried]) == []
+    setattr(layer, "use_mm_prefix" if setting == "mm_prefix" else setting, bug)
+    if setting == "sliding_window":
+        layer.get_kv_cache_spec = lambda config: types.SimpleNamespace(sliding_window=bug)
+    found = namespace["differences"]([name], [namespace["layer_settings"](layer, None)])
+    assert found[0] == lost
+    assert _script_exit(script, ("wrong-setting", "; ".join(found)), monkeypatch)[0] == 1
+    assert _script_exit(script, ("pass", "every draft layer carries its settings"), monkeypatch)[0] == 0

@@ -14,7 +14,8 @@ from typing import Any
 from harness.attention import audit
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.cell import draft_spec, engine_settings
-from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape, write_draft, write_target
+from harness.attention.checkpoint import write_draft, write_target
+from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth
 from harness.attention.draft import EngineSettings, engine_config
 from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
@@ -24,10 +25,6 @@ from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_re
 from harness.matrix import Cell
 from harness.observation import Claim, Failure, Observation, one_line
 from harness.stages import Stage, StageLog
-
-# The checkpoints' shape: the draft one layer deep behind a four-layer target, so every draft
-# layer is named as it was when the lane wrote its own configs (``model.layers.4...``).
-SELECTION_SHAPE = ModelShape(hidden=256, heads=2, kv_heads=1, intermediate=512, target_layers=4, draft_layers=1)
 
 
 class ConfigCheckpoints:
