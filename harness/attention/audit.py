@@ -40,6 +40,16 @@ SETTINGS: Mapping[str, str] = {
         "else the one the draft names"
     ),
     "mm_prefix": "prefix-LM bidirectional attention (a multimodal target's flag; a DFlash draft is text-only)",
+    "k_scale": "the layer's fp8 key-cache scale: the one written for this layer, else 1.0 (not another layer's)",
+    "v_scale": "the layer's fp8 value-cache scale: the one written for this layer, else 1.0",
+    "q_scale": "the fp8 query scale: none is written, so vLLM's default (1.0, DraftTruth.layer_q_scale)",
+}
+# The layer's scales as its kernels read them: CUDA/Triton kernels the device tensors
+# (``_k_scale``), CPU_ATTN and AITER the host floats (``_k_scale_float``); vLLM keeps both.
+_SCALES = {
+    "k_scale": ("_k_scale", "_k_scale_float"),
+    "v_scale": ("_v_scale", "_v_scale_float"),
+    "q_scale": ("_q_scale", "_q_scale_float"),
 }
 NOT_EXPOSED = "not exposed by this vLLM release's layer"
 
@@ -120,6 +130,9 @@ def asked(truth: DraftTruth, requested: Requested) -> tuple[dict[str, Any], ...]
             "kv_cache_dtype": requested.kv_cache_dtype,
             "kv_cache_torch_dtype": requested.kv_cache_torch_dtype,
             "mm_prefix": False,
+            "k_scale": truth.layer_kv_scales(index)[0],
+            "v_scale": truth.layer_kv_scales(index)[1],
+            "q_scale": truth.layer_q_scale(index),
         }
         for index in range(shape.draft_layers)
     )
@@ -144,6 +157,9 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
     for name in ("dtype", "kv_cache_dtype", "kv_cache_torch_dtype"):  # torch dtypes as torch prints them
         if name in settings:
             settings[name] = str(settings[name])
+    for name, (device, host) in _SCALES.items():
+        if hasattr(attn, device) and hasattr(attn, host):
+            settings[name] = _scale(float(getattr(attn, device)), float(getattr(attn, host)))
     scale = getattr(getattr(attn, "impl", None), "scale", None)
     if scale is not None:
         settings["scale"] = float(scale)
@@ -161,9 +177,17 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
     return settings
 
 
+def _scale(device: float, host: float) -> float | str:
+    # Two copies that disagree are a difference whatever was asked: text never equals a number.
+    return device if device == host else f"{device} on the device, {host} on the host"
+
+
 def _same(setting: str, want: Any, got: Any) -> bool:
     if setting == "scale":
         return math.isclose(float(want), float(got), rel_tol=1e-6)
+    if setting in _SCALES:
+        # Written in bf16 and loaded exactly into fp32: equal, not close.
+        return isinstance(got, float) and got == float(want)
     return bool(want == got)
 
 

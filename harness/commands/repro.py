@@ -139,6 +139,12 @@ def _gpu_refusal(
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
         return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
+    kv = {str(axes.get("kv_cache_dtype", "auto")), str(axes.get("draft_kv_cache_dtype", "target"))}
+    if any(value.startswith("fp8") for value in kv):
+        # The lane judges fp8 cells against calibrated per-layer scales and Triton's fp8 P @ V rounding
+        # (docs/explanation/fp8-kv.md); a script with unit scales and no such model would report a
+        # mismatch where the lane sees none.
+        return "axes.kv_cache_dtype", "the gpu repro does not write calibrated fp8 KV scales nor model fp8 rounding yet"
     if captured_in_graph(axes):
         # The same cell run eagerly: where the expectations judge it otherwise, the verdict rests on
         # the capture (a builder's graph support, a replay-only bug), which an eager script cannot show.

@@ -36,6 +36,9 @@ def test_the_ask_comes_from_what_the_harness_wrote() -> None:
         "kv_cache_dtype": "fp8",
         "kv_cache_torch_dtype": "torch.uint8",
         "mm_prefix": False,
+        "k_scale": 1.0,
+        "v_scale": 1.0,
+        "q_scale": 1.0,
     }
     full = asked(_truth(causal=False, sink=False, sliding_window=0), AUTO)
     assert full[1]["sliding_window"] is None and full[1]["causal"] is False
@@ -96,4 +99,23 @@ def test_a_draft_that_took_the_target_fp8_cache_behind_an_explicit_auto_is_a_dif
     assert [str(d) for d in differences(["l0"], want[:1], got[:1])] == [
         "l0: kv_cache_dtype is fp8, the draft asked for auto",
         "l0: kv_cache_torch_dtype is torch.uint8, the draft asked for torch.bfloat16",
+    ]
+
+
+def test_each_layer_must_carry_its_own_written_kv_scales() -> None:
+    """Another layer's scale, 1.0, or two copies (device tensor, host float) that disagree: each
+    a difference naming the layer, the setting and both values."""
+    truth = DraftTruth(
+        Path("draft"), DraftSpec(causal=True, sink=False), ModelShape(head_dim=64), None, ((0.02, 0.03), (0.025, 0.035))
+    )
+    want = asked(truth, Requested("fp8", "auto", "bfloat16"))
+    assert [(layer["k_scale"], layer["v_scale"], layer["q_scale"]) for layer in want] == [
+        (0.02, 0.03, 1.0),
+        (0.025, 0.035, 1.0),
+    ]
+    got = [dict(want[0]), dict(want[1], k_scale=0.02, v_scale=1.0, q_scale="1.0 on the device, 0.025 on the host")]
+    assert [str(d) for d in differences(["l0", "l1"], want, got)] == [
+        "l1: k_scale is 0.02, the draft asked for 0.025",
+        "l1: v_scale is 1.0, the draft asked for 0.035",
+        "l1: q_scale is 1.0 on the device, 0.025 on the host, the draft asked for 1.0",
     ]

@@ -73,3 +73,28 @@ def test_a_config_only_checkpoint_is_the_weighted_one_without_its_weights(tmp_pa
     assert (target / "config.json").read_text() == (write_target(tmp_path / "weighted") / "config.json").read_text()
     assert not (bare.path / "model.safetensors").exists() and not (target / "model.safetensors").exists()
     assert weighted.sinks is not None and bare.sinks is None
+
+
+def test_calibrated_kv_scales_are_written_as_llm_compressor_writes_them_and_recorded(tmp_path):
+    """An fp8-KV draft: per-layer k/v scales beside each attention's projections, the
+    compressed-tensors kv_cache_scheme that makes vLLM load them, and the same weights otherwise."""
+    shape = ModelShape()
+    scaled = write_draft(tmp_path, DraftSpec(causal=True, sink=True, kv_scales=True))
+    plain = write_draft(tmp_path, DraftSpec(causal=True, sink=True))
+    config = json.loads((scaled.path / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "compressed-tensors"
+    assert config["quantization_config"]["kv_cache_scheme"]["strategy"] == "tensor"
+    assert config["quantization_config"]["config_groups"] == {}
+    assert "quantization_config" not in json.loads((plain.path / "config.json").read_text())
+    weights, plain_weights = load_file(scaled.path / "model.safetensors"), load_file(plain.path / "model.safetensors")
+    assert all(torch.equal(weights[name], plain_weights[name]) for name in plain_weights)
+    assert scaled.kv_scales is not None and len(scaled.kv_scales) == shape.draft_layers
+    for layer in range(shape.draft_layers):
+        k_scale, v_scale = weights[f"layers.{layer}.self_attn.k_scale"], weights[f"layers.{layer}.self_attn.v_scale"]
+        assert k_scale.shape == v_scale.shape == (1,)
+        assert scaled.layer_kv_scales(layer) == (float(k_scale.float()), float(v_scale.float()))
+    every = [value for pair in scaled.kv_scales for value in pair]
+    # Distinct per layer and per K/V, none 1.0, and none saturating unit-normal inputs below 8.
+    assert len(set(every)) == len(every) and 1.0 not in every
+    assert all(8 / 448 <= value <= 16.1 / 448 for value in every)
+    assert plain.kv_scales is None and plain.layer_kv_scales(0) == (1.0, 1.0)

@@ -130,3 +130,59 @@ def test_mismatched_batch_is_an_error():
     q, keys, values, _ = tiny_batch()
     with pytest.raises(ValueError, match="one entry per request"):
         reference_attention(q, keys, values[:2], (3, 2, 3), scale=1.0, causal=True, sinks=None, window=None)
+
+
+def test_quantized_rounds_to_nearest_or_toward_zero_with_the_scale():
+    from harness.attention.reference import quantized
+
+    x = torch.tensor([0.8477, -0.4336, 1000.0, 0.0])
+    # 0.8477 / 0.5 = 1.695: e4m3 neighbours 1.625 and 1.75 (nearest); times 0.5 again.
+    assert quantized(x, torch.float8_e4m3fn, 0.5).tolist() == [0.875, -0.4375, 224.0, 0.0]
+    assert quantized(x, torch.float8_e4m3fn, 0.5, toward_zero=True).tolist() == [0.8125, -0.40625, 224.0, 0.0]
+    assert quantized(x, torch.float8_e5m2, 1.0, toward_zero=True)[:2].tolist() == [0.75, -0.375]
+
+
+def test_fp8_accumulation_rounds_each_probability_times_256_to_e4m3():
+    """Two keys whose logits differ by log(0.3): P = (1, 0.3), and 0.3 * 256 = 76.8 is stored as
+    80 (e4m3's step is 8 between 64 and 128), so the second value weighs 0.3125, not 0.3; the
+    denominator keeps the unrounded 1.3."""
+    from harness.attention.reference import Fp8Accumulation
+
+    query = torch.ones(1, 1, 1)
+    keys = [torch.tensor([[[0.0]], [[math.log(0.3)]]])]
+    values = [torch.tensor([[[1.0]], [[2.0]]])]
+    how = Fp8Accumulation(torch.float8_e4m3fn, tile=32)
+    out = reference_attention(
+        query, keys, values, [1], scale=1.0, causal=False, sinks=None, window=None, fp8_accumulation=how
+    )
+    assert float(out) == pytest.approx((1.0 + 0.3125 * 2.0) / 1.3, rel=1e-6)
+    exact = reference_attention(query, keys, values, [1], scale=1.0, causal=False, sinks=None, window=None)
+    assert float(exact) == pytest.approx((1.0 + 0.3 * 2.0) / 1.3, rel=1e-6)
+
+
+def test_fp8_accumulation_rounds_against_the_running_maximum_tile_by_tile():
+    """Tiles of 2 keys: one pass (the online softmax's running maximum) and one segment per tile
+    (split-KV, each segment its own maximum) round the same probabilities against different
+    maxima, so they differ; both stay within fp8's relative 2**-4 of the exact result."""
+    from harness.attention.reference import Fp8Accumulation
+
+    q, keys, values, lens = tiny_batch(seed=3, dim=8)
+    base: dict[str, Any] = dict(scale=1.0, causal=True, sinks=[0.5, -1.0, 0.0, 2.0], window=None)
+    exact = reference_attention(q, keys, values, lens, **base)
+    one_pass = reference_attention(
+        q, keys, values, lens, **base, fp8_accumulation=Fp8Accumulation(torch.float8_e4m3fn, 2)
+    )
+    split = reference_attention(
+        q, keys, values, lens, **base, fp8_accumulation=Fp8Accumulation(torch.float8_e4m3fn, 2, segments=16)
+    )
+    assert not torch.equal(one_pass, split)
+    bound = 2**-4 * max(float(v.abs().max()) for v in values)
+    assert float((one_pass - exact).abs().max()) <= bound and float((split - exact).abs().max()) <= bound
+    # A sequence inside one tile is one tile and one segment either way.
+    whole = Fp8Accumulation(torch.float8_e4m3fn, 64)
+    assert torch.equal(
+        reference_attention(q, keys, values, lens, **base, fp8_accumulation=whole),
+        reference_attention(
+            q, keys, values, lens, **base, fp8_accumulation=Fp8Accumulation(torch.float8_e4m3fn, 64, 16)
+        ),
+    )

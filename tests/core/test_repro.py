@@ -368,6 +368,7 @@ def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
             "axes.cudagraph: this cell's expectation (unsupported) rests",
         ),
         ("gpu_emulated", GPU_CELL, {"verdict": "loader-diff"}, "verdict: the script does not build Model Runner V1"),
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-sink-bf16-kv-fp8-v2", {}, "does not write calibrated fp8 KV scales"),
     ],
 )
 def test_a_gpu_cell_the_script_cannot_reproduce_is_refused_in_one_line(
@@ -541,6 +542,7 @@ def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_dra
         kv_cache_torch_dtype=asked["kv_cache_torch_dtype"],
         use_mm_prefix=False,
         has_sink=False,
+        **{f"_{name}{copy}": 1.0 for name in ("k_scale", "v_scale", "q_scale") for copy in ("", "_float")},
         impl=types.SimpleNamespace(scale=asked["scale"]),
         get_kv_cache_spec=lambda config: types.SimpleNamespace(sliding_window=asked["sliding_window"]),
     )

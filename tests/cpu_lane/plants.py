@@ -251,3 +251,42 @@ def nudge_sinks_in_v2_loader(lane: Any) -> None:
         return model
 
     utils.load_dflash_model = nudged
+
+
+def kv_scales_not_loaded(lane: Any) -> None:
+    """A DFlash loader that drops the checkpoint's ``k_scale``/``v_scale`` tensors: the layers keep
+    the compressed-tensors placeholders, 1.0 (``CompressedTensorsKVCacheMethod.create_weights``)."""
+    from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+
+    load_weights = DFlashQwen3ForCausalLM.load_weights
+
+    @functools.wraps(load_weights)
+    def without_scales(self: Any, weights: Any) -> Any:
+        kept = []
+        for name, weight in weights:
+            if name.endswith(("self_attn.k_scale", "self_attn.v_scale")):
+                _log(f"dropped {name}")
+            else:
+                kept.append((name, weight))
+        return load_weights(self, kept)
+
+    DFlashQwen3ForCausalLM.load_weights = without_scales
+
+
+def kernel_reads_unit_key_scale(lane: Any) -> None:
+    """CPU_ATTN's attention kernel reads the keys back with a scale of 1.0 (the cache write still
+    uses the layer's): the layer carries its scale, the audit sees nothing; only an fp8 cache
+    is descaled."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    forward = CPUAttentionBackendImpl.forward
+
+    @functools.wraps(forward)
+    def unit_key_scale(self: Any, layer: Any, *args: Any, **kwargs: Any) -> Any:
+        k_scale, layer._k_scale_float = layer._k_scale_float, 1.0
+        try:
+            return forward(self, layer, *args, **kwargs)
+        finally:
+            layer._k_scale_float = k_scale
+
+    CPUAttentionBackendImpl.forward = unit_key_scale

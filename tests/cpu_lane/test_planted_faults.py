@@ -197,3 +197,34 @@ def test_a_v2_loader_whose_scale_is_off_by_a_hair_is_wrong_setting_in_exactly_th
 
     assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
     assert all(": scale is " in r.message for r in results if affected(r.axes))
+
+
+# The fp8 draft KV cells (calibrated per-layer scales, CPU_ATTN's toward-zero cache write
+# modelled: held to their dtype's tolerance) beside four bf16 cells of the same draft flow.
+FP8_SLICE = cells_where(
+    draft_kv_cache_dtype=("fp8",), head_size=(128, 64, 256), context=("short", "long")
+) + cells_where(backend=("CPU_ATTN",), dtype=("bfloat16",), sliding_window=(0,), loader=("v2",))
+
+
+def _fp8(axes: Axes) -> bool:
+    return axes["draft_kv_cache_dtype"] == "fp8"
+
+
+def test_a_two_percent_softmax_scale_error_is_a_mismatch_in_the_fp8_cells_too():
+    results = planted(plants.scale_off_by_two_percent, FP8_SLICE)
+    assert sum(_fp8(r.axes) for r in results) >= 3
+    assert {r.verdict for r in results if _fp8(r.axes)} == {Verdict.MISMATCH}, [(r.id, r.message) for r in results]
+
+
+def test_kv_scales_the_loader_drops_are_wrong_setting_exactly_in_the_fp8_cells(tmp_path, monkeypatch):
+    log = tmp_path / "plant.log"
+    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+    results = planted(plants.kv_scales_not_loaded, FP8_SLICE)
+    assert_changed_exactly(results, _fp8, Verdict.WRONG_SETTING)
+    assert all(": k_scale is 1.0, the draft asked for " in r.message for r in results if _fp8(r.axes))
+    assert log.read_text()
+
+
+def test_a_key_scale_the_kernel_does_not_apply_is_a_mismatch_exactly_in_the_fp8_cells():
+    results = planted(plants.kernel_reads_unit_key_scale, FP8_SLICE)
+    assert_changed_exactly(results, _fp8, Verdict.MISMATCH)

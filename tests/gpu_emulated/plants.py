@@ -105,3 +105,67 @@ def nudge_scale_in_v2_loader(lane: Any) -> None:
     from cpu_lane import plants as cpu_plants
 
     _after_start(lane, lambda: cpu_plants.nudge_scale_in_v2_loader(lane))
+
+
+def softmax_scale_two_percent_off(lane: Any) -> None:
+    """TRITON_ATTN's forward hands the kernel a softmax scale 2% too large: the layer carries the
+    right scale (the audit sees nothing), the kernel computes with a wrong one, in every cell."""
+
+    def plant() -> None:
+        import vllm.v1.attention.backends.triton_attn as triton_attn
+
+        kernel_call = triton_attn.unified_attention
+
+        @functools.wraps(kernel_call)
+        def skewed(*args: Any, **kwargs: Any) -> Any:
+            kwargs["softmax_scale"] *= 1.02
+            return kernel_call(*args, **kwargs)
+
+        triton_attn.unified_attention = skewed
+
+    _after_start(lane, plant)
+
+
+def every_layer_loads_layer_zero_kv_scales(lane: Any) -> None:
+    """A DFlash loader that gives every draft layer the first layer's k/v scales (the checkpoint's
+    names mapped to the wrong layer): a draft without scales is unchanged."""
+
+    def plant() -> None:
+        import re
+
+        from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+
+        load_weights = DFlashQwen3ForCausalLM.load_weights
+        scale_name = re.compile(r"^layers\.\d+\.(self_attn\.[kv]_scale)$")
+
+        @functools.wraps(load_weights)
+        def layer_zero(self: Any, weights: Any) -> Any:
+            weights = list(weights)
+            first = {
+                m.group(1): w for name, w in weights if (m := scale_name.match(name)) and name.startswith("layers.0.")
+            }
+            return load_weights(self, [(n, first[m.group(1)] if (m := scale_name.match(n)) else w) for n, w in weights])
+
+        DFlashQwen3ForCausalLM.load_weights = layer_zero
+
+    _after_start(lane, plant)
+
+
+def kernel_descales_keys_by_one(lane: Any) -> None:
+    """TRITON_ATTN's forward hands the kernel a key descale of 1.0 instead of the layer's k_scale:
+    the layer carries its scale (the audit sees nothing); only an fp8 cache is descaled."""
+
+    def plant() -> None:
+        import torch
+        import vllm.v1.attention.backends.triton_attn as triton_attn
+
+        kernel_call = triton_attn.unified_attention
+
+        @functools.wraps(kernel_call)
+        def undescaled(*args: Any, **kwargs: Any) -> Any:
+            kwargs["k_descale"] = torch.ones_like(kwargs["k_descale"])
+            return kernel_call(*args, **kwargs)
+
+        triton_attn.unified_attention = undescaled
+
+    _after_start(lane, plant)

@@ -90,14 +90,11 @@ class GpuLane:
         return self._workspace
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        import torch
-
         from harness.attention.cell import (
             CellPlan,
             EagerForward,
             context_lens,
             engine_settings,
-            kv_reference_dtype,
             observe_cell,
         )
         from harness.attention.draft import EngineSettings
@@ -138,12 +135,6 @@ class GpuLane:
                 device=self.host.model_device,
             ),
         )
-        tolerance = cell.tolerance
-        if kv_reference_dtype(kv_cache_dtype) is not None or kv_reference_dtype(engine.draft_kv_cache_dtype or "") in (
-            torch.float8_e4m3fn,
-            torch.float8_e5m2,
-        ):
-            tolerance = max(tolerance or 0.0, self.options.kv_fp8_tolerance)
         plan = CellPlan(
             device=device,
             seed=cell.seed + self.options.seed,  # each cell its own inputs, the same on every run
@@ -154,7 +145,8 @@ class GpuLane:
             # draft-side kv_cache_dtype or graph refusal is never blamed on the target.
             target_engine=EngineSettings(block_size=self.options.block_size, device=self.host.model_device),
             forward=GraphForward(device, self.host.graphs()) if captured else EagerForward(device),
-            tolerance=tolerance,
+            tolerance=cell.tolerance,
+            unmodelled_fp8_tolerance=self.options.kv_fp8_tolerance,
             graph_tokens=query_len * len(contexts) if graph else None,
         )
         observation = observe_cell(cell, plan, workspace, stage_log)
