@@ -17,6 +17,13 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [cover]             # optional: axes covered pairwise rather than in full (harness/covering.py)
     method = ["dflash", "dflash2", "dspark"]
 
+    [[product]]         # optional, repeatable: a further full product of the axes it names,
+    capability = ["9.0"]  # every other axis at its default (one that has none must be named)
+    backend = ["FLASH_ATTN"]
+    causal = [false]
+    sink = [false]
+    block_size = [128, 256]
+
     [[exclude]]
     backend = "auto"
     sink = [true]
@@ -31,6 +38,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,7 +53,7 @@ from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "cover", "exclude", "tolerance", "options")
+_TOP_KEYS = ("matrix", "axes", "cover", "product", "exclude", "tolerance", "options")
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,9 @@ class Matrix:
     exclusions: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
     # Axes covered pairwise on top of the full product of ``axes`` (see harness/covering.py).
     cover: tuple[tuple[str, tuple[AxisValue, ...]], ...] = ()
+    # Further full products ([[product]]): where a few axes must be crossed in full (every
+    # triple, not every pair) without multiplying the whole matrix by them.
+    products: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -97,8 +108,13 @@ class Matrix:
 
     @property
     def all_axes(self) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
-        """Product and covered axes: every axis a cell of this matrix has a value for."""
-        return self.axes + self.cover
+        """Product, covered and [[product]] axes, each with every value some cell may have."""
+        values = {name: list(vals) for name, vals in self.axes + self.cover}
+        for block in self.products:
+            for name, vals in block:
+                known = values.setdefault(name, [])
+                known.extend(v for v in vals if v not in known)
+        return tuple((name, tuple(vals)) for name, vals in values.items())
 
     @property
     def contract(self) -> Contract:
@@ -143,8 +159,13 @@ def load_matrix(path: str | Path) -> Matrix:
 
     axes = _read_axes(path, raw.get("axes"))
     covered = _read_cover(path, raw.get("cover", {}), axes)
+    products = tuple(
+        _read_product(path, f"product[{i}]", block, axes + covered)
+        for i, block in enumerate(array_of_tables(path, raw, "product"))
+    )
+    matrix = Matrix(path=path, name=name, lane=lane, axes=axes, cover=covered, products=products)
     exclusions = tuple(
-        read_selector(path, f"exclude[{i}]", rule, axes + covered)
+        read_selector(path, f"exclude[{i}]", rule, matrix.all_axes)
         for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
     )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
@@ -152,14 +173,10 @@ def load_matrix(path: str | Path) -> Matrix:
     if not isinstance(options, dict):
         raise InputError(path, "options", "must be a table")
     # What the lane cannot run is a mistake in this file, refused here, before any cell process.
-    CONTRACTS[lane].check(path, dict(axes + covered), options)
-    matrix = Matrix(
-        path=path,
-        name=name,
-        lane=lane,
-        axes=axes,
+    CONTRACTS[lane].check(path, dict(matrix.all_axes), options)
+    matrix = replace(
+        matrix,
         exclusions=exclusions,
-        cover=covered,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
@@ -181,11 +198,38 @@ def covering(matrix: Matrix) -> Covering:
     )
 
 
+def product_rows(matrix: Matrix) -> tuple[dict[str, AxisValue], ...]:
+    """The rows of the [[product]] blocks, after exclusions. An axis a block does not name takes
+    its default; an axis only the blocks vary is left out of a row at its default, as the other
+    rows leave it out, so a row the covering already has is that same cell."""
+    main = {name for name, _ in matrix.axes + matrix.cover}
+    rows = []
+    for block in matrix.products:
+        named = dict(block)
+        # _read_product refused a block that leaves out an axis without a default.
+        fixed = {name: _default(name) for name, _ in matrix.all_axes if name not in named}
+        for combo in itertools.product(*named.values()):
+            row = {**fixed, **dict(zip(named, combo, strict=True))}
+            row = {n: v for n, v in row.items() if n in main or v != AXES_BY_NAME[n].default}
+            if not any(selector_matches(rule, row) for rule in matrix.exclusions):
+                rows.append({n: row[n] for n, _ in matrix.all_axes if n in row})
+    return tuple(rows)
+
+
+def _default(name: str) -> AxisValue:
+    default = AXES_BY_NAME[name].default
+    if default is None:
+        raise ValueError(f"axis {name} has no default")
+    return default
+
+
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    for values in covering(matrix).rows:
+    for values in covering(matrix).rows + product_rows(matrix):
         ident = cell_id(values)
+        if seen.get(ident) == values:
+            continue  # a [[product]] row the covering (or another block) already has
         if ident in seen:
             raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
         seen[ident] = values
@@ -260,6 +304,23 @@ def _read_cover(
             )
         covered.append((name, checked))
     return tuple(covered)
+
+
+def _read_product(path: Path, key: str, raw: Mapping[str, Any], axes: Selector) -> Selector:
+    """A [[product]] block: axis = [values], in full product; an axis of the matrix it does not
+    name must have a default (the value its rows carry)."""
+    block = read_selector(path, key, raw, None)
+    named = dict(block)
+    main = dict(axes)
+    for name in named:
+        if name not in main and AXES_BY_NAME[name].default is None:
+            raise InputError(
+                path, f"{key}.{name}", "an axis only [[product]] varies needs a default, the value other cells carry"
+            )
+    for name in main:
+        if name not in named and AXES_BY_NAME[name].default is None:
+            raise InputError(path, f"{key}.{name}", "must be named: the axis has no default", tuple(named))
+    return block
 
 
 def read_selector(

@@ -174,10 +174,12 @@ def load_target(vllm_config: Any) -> nn.Module:
 
 @dataclass(frozen=True)
 class LoadedDraft:
-    """The draft model and the causal flag each layer's metadata gets from its runner."""
+    """The draft model and the causal flag each layer's metadata gets from its runner; for
+    loader v1, the ``DFlashProposer`` that loaded it (its attention groups are its own)."""
 
     model: nn.Module
     causal: tuple[bool, ...]
+    proposer: Any = None
 
 
 class LoaderUnavailable(Exception):
@@ -232,7 +234,7 @@ def load_draft(
         proposer = DFlashProposer(vllm_config, device)
         proposer.load_model(target)
         layers = len(proposer.model.model.layers)
-        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers)
+        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers, proposer)
     raise ValueError(f"unknown loader {loader!r} (valid: {', '.join(LOADERS)})")
 
 

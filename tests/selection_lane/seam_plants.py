@@ -1,10 +1,13 @@
 """Faults planted at the target/draft seam of the selection lane's vLLM: the draft takes a
-setting from the target's config where vLLM's loader overrides it today. The audit
-(``harness.attention.audit``) must name each in exactly the cells whose draft asked for
-something else than the target has.
+setting from the target's config where vLLM's loader overrides it today, or its metadata is
+built for another KV-cache layout than the runner gave it. The audit
+(``harness.attention.audit``, ``harness.attention.kv_cache``) must name each in exactly the
+cells whose draft asked for something else than the target has.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from harness.lanes.selection import SelectionLane
 
@@ -24,3 +27,32 @@ def _install() -> None:
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
     rebuild_without(loader_module, "load_dflash_model", CACHE_DTYPE_LINE)
+
+
+# The kernel block size vLLM sizes blocks to when a user sets no --block-size (CacheConfig's
+# default on CUDA): the speculator of the plant below sizes the draft's builders to it.
+DEFAULT_BLOCK = 16
+
+
+def speculator_on_default_blocks(lane: SelectionLane) -> None:
+    """Runner plant: Model Runner V2's draft-only ``init_attn_backend`` (the speculator's call,
+    the one with ``active_layer_names``) builds the draft's metadata for 16-token kernel blocks
+    whatever the user's --block-size, while the runner keeps laying the cache out in its own:
+    the two disagree exactly where --block-size is not 16."""
+    lane.after_install(_install_default_blocks)
+
+
+def _install_default_blocks() -> None:
+    import vllm.v1.worker.gpu.attn_utils as attn_utils
+
+    init_attn_backend = attn_utils.init_attn_backend
+
+    def planted(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
+        groups, support, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device, *args, **kwargs)
+        if kwargs.get("active_layer_names") is not None:
+            for group in (g for per_group in groups for g in per_group):
+                group.kernel_block_size = None
+                group.create_metadata_builders(vllm_config, device, kernel_block_size=DEFAULT_BLOCK)
+        return groups, support, kernel_block_sizes
+
+    attn_utils.init_attn_backend = planted
