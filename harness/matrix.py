@@ -226,9 +226,10 @@ def _default(name: str) -> AxisValue:
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    for values in covering(matrix).rows + product_rows(matrix):
+    rows = covering(matrix).rows
+    for index, values in enumerate(rows + product_rows(matrix)):
         ident = cell_id(values)
-        if seen.get(ident) == values:
+        if index >= len(rows) and seen.get(ident) == values:
             continue  # a [[product]] row the covering (or another block) already has
         if ident in seen:
             raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")

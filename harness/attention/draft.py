@@ -356,8 +356,9 @@ def _feature_reasons(backend_class: Any, selector: Any) -> list[str]:
 
 
 def settle_kv_cache(vllm_config: Any, layers: list[Any]) -> None:
-    """What the engine decides between loading the model and allocating its KV cache, for a
-    world whose only attention layers are the draft's (the cell's config holds no others):
+    """What the engine decides between loading the model and allocating its KV cache, for the
+    attention layers given (the draft's where the cell's config holds no others; the selection
+    lane passes target and draft layers together):
 
     - the block size, where the user left it to vLLM: the executor calls
       ``current_platform.update_block_size_for_backend`` right after ``load_model``

@@ -56,3 +56,29 @@ def _install_default_blocks() -> None:
         return groups, support, kernel_block_sizes
 
     attn_utils.init_attn_backend = planted
+
+
+def speculator_on_runner_blocks(lane: SelectionLane) -> None:
+    """Runner plant, the other way: the speculator's draft-only ``init_attn_backend`` builds the
+    draft's metadata for the kernel block sizes the runner computes over every layer (what a
+    fix of docs/explanation/target-draft-seam.md 2.4 would do), so the two always agree."""
+    lane.after_install(_install_runner_blocks)
+
+
+def _install_runner_blocks() -> None:
+    import vllm.v1.worker.gpu.attn_utils as attn_utils
+
+    init_attn_backend = attn_utils.init_attn_backend
+
+    def planted(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
+        groups, support, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device, *args, **kwargs)
+        if kwargs.get("active_layer_names") is not None:
+            _, _, runner_sizes = init_attn_backend(kv_cache_config, vllm_config, device)
+            for group in (g for per_group in groups for g in per_group):
+                group.kernel_block_size = None
+                group.create_metadata_builders(
+                    vllm_config, device, kernel_block_size=runner_sizes[group.kv_cache_group_id]
+                )
+        return groups, support, kernel_block_sizes
+
+    attn_utils.init_attn_backend = planted

@@ -43,7 +43,8 @@ def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_th
     set_on_v2 = {
         r.id
         for r in results
-        if r.axes["loader"] == "v2" and r.axes.get("block_size", BLOCK_SIZE_UNSET) != seam_plants.DEFAULT_BLOCK
+        if r.axes["loader"] == "v2"
+        and r.axes.get("block_size", BLOCK_SIZE_UNSET) != seam_plants.DEFAULT_BLOCK
         and r.axes.get("block_size", BLOCK_SIZE_UNSET) != BLOCK_SIZE_UNSET
     }
     assert set_on_v2, "no cell with a --block-size other than the plant's on loader v2"
@@ -53,3 +54,22 @@ def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_th
             assert "kernel_block_size is 16 in the speculator's metadata builder" in result.message, result.message
         else:
             assert result.verdict == result.expected, (result.id, result.verdict, result.message)
+
+
+def test_a_speculator_on_the_runners_kernel_blocks_passes_where_vllm_033_disagrees() -> None:
+    cells = [
+        c
+        for c in expand(load_matrix(MATRIX))
+        if c.values["capability"] == "9.0"
+        and c.values["backend"] == "TRITON_ATTN"
+        and c.values["target_attention"] == "FLASHINFER"
+        and c.get("block_size") in (64, 128, 256)
+        and c.values["loader"] == "v2"
+    ]
+    results = run_matrix(
+        MATRIX, plants=[f"{seam_plants.__name__}:speculator_on_runner_blocks"], cell_ids=[c.id for c in cells]
+    )
+    assert {r.axes["block_size"] for r in results} == {64, 128, 256}
+    for result in results:
+        # The 128 and 256 cells are expected wrong-setting (kernel_block_size) on vLLM 0.33.0.
+        assert result.verdict == Verdict.PASS, (result.id, result.verdict, result.message)
