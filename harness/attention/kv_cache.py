@@ -10,7 +10,7 @@ target and draft, with a small KV-cache budget on the model's device:
 
 1. the engine core: every layer's ``get_kv_cache_spec`` (``attn_utils.get_kv_cache_spec``), the
    layout (``resolve_kv_cache_layout``), the groups (``get_global_kv_cache_groups``) and the
-   config (``get_kv_cache_configs``);
+   config (``get_kv_cache_configs``; before 0.33.0 one call that groups too);
 2. Model Runner V2 (``GPUModelRunner.initialize_kv_cache``): ``init_attn_backend`` over every
    layer, then its speculator's ``set_attn``: ``init_attn_backend`` over the draft layers only,
    under the config the draft's metadata builders get (``v2_speculator``). For loader v1 the
@@ -23,8 +23,8 @@ target and draft, with a small KV-cache budget on the model's device:
    which binds a cache view to every layer (V1's ``initialize_kv_cache_tensors`` calls the same
    ``allocate_kv_cache`` and ``map_kv_caches_to_kernel_blocks``).
 
-``layout`` reads the result into plain data; ``disagreements`` is pure. Imports vLLM lazily;
-only a lane's cell process calls ``lay_out``.
+``lay_out`` reads the result into plain data; ``disagreements`` is pure; ``missing_api`` says
+why a release cannot be asked. Imports vLLM lazily; only a lane's cell process calls them.
 """
 
 from __future__ import annotations
@@ -163,16 +163,53 @@ def v1_proposer(proposer: Any) -> SpeculatorGroups:
     return groups
 
 
+# The parameters this module passes, per function of ``vllm.v1.worker.gpu.attn_utils``: a
+# release whose functions lack one lays its cache out otherwise, and is not asked.
+_NEEDED = {
+    "get_kv_cache_spec": ("vllm_config",),
+    "init_attn_backend": ("active_layer_names", "draft_layer_names"),
+    "init_kv_cache": ("attn_groups",),
+}
+
+
+def missing_api() -> str | None:
+    """Why this vLLM release cannot lay the cache out as ``lay_out`` does (None: it can)."""
+    import inspect
+
+    try:
+        import vllm.v1.worker.gpu.attn_utils as attn_utils
+    except ImportError as error:
+        return f"this vLLM has no Model Runner V2 attn_utils ({error})"
+    for name, parameters in _NEEDED.items():
+        function = getattr(attn_utils, name, None)
+        if function is None:
+            return f"this vLLM's Model Runner V2 attn_utils has no {name}"
+        lacking = [p for p in parameters if p not in inspect.signature(function).parameters]
+        if lacking:
+            return f"this vLLM's {name} takes no {', '.join(lacking)}"
+    return None
+
+
+def _kv_cache_config(vllm_config: Any, specs: list[dict[str, Any]]) -> Any:
+    """The engine core's KV-cache config for one worker (``EngineCore._initialize_kv_caches``)."""
+    try:
+        from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
+    except ImportError:
+        # Before 0.33.0 the planning lived in kv_cache_utils and grouped the layers itself.
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_configs as configs_grouped_inside
+
+        return configs_grouped_inside(vllm_config, specs, [KV_CACHE_BUDGET_BYTES])[0]
+    groups = get_global_kv_cache_groups(vllm_config, specs)
+    return get_kv_cache_configs(vllm_config, specs, [KV_CACHE_BUDGET_BYTES], groups)[0]
+
+
 def lay_out(vllm_config: Any, draft_layers: set[str], device: Any, speculator: SpeculatorGroups) -> KvCacheLayout:
     """Steps 1-3 of the module docstring. The caller holds ``set_current_vllm_config(vllm_config)``
     and has settled the block size and layout (``harness.attention.draft.settle_kv_cache``, over
     every layer)."""
-    from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, init_attn_backend, init_kv_cache
 
-    specs = [get_kv_cache_spec(vllm_config)]
-    groups = get_global_kv_cache_groups(vllm_config, specs)
-    kv_cache_config = get_kv_cache_configs(vllm_config, specs, [KV_CACHE_BUDGET_BYTES], groups)[0]
+    kv_cache_config = _kv_cache_config(vllm_config, [get_kv_cache_spec(vllm_config)])
     runner_groups, _, runner_blocks = init_attn_backend(
         kv_cache_config, vllm_config, device, draft_layer_names=draft_layers
     )

@@ -58,13 +58,15 @@ class ConfigCheckpoints:
 @dataclass(frozen=True)
 class BuiltDraft:
     """The attention layers of a draft vLLM built: names, backends, impls and audited settings;
-    and the KV cache vLLM lays out for target and draft layers together."""
+    and the KV cache vLLM lays out for target and draft layers together, or why this release
+    cannot be asked (``kv_cache_missing``)."""
 
     names: tuple[str, ...]
     backends: tuple[str, ...]
     impls: tuple[str, ...]
     settings: tuple[dict[str, Any], ...]
-    kv_cache: KvCacheLayout
+    kv_cache: KvCacheLayout | None
+    kv_cache_missing: str | None = None
 
 
 class _V1Refusal(Exception):
@@ -186,9 +188,12 @@ class ProcessState:
         spec, _ = draft_spec(cell)
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.draft_kv_cache_dtype(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
-        details["kv_cache"] = layers.kv_cache.details()
-        # The draft's metadata built for another block size than the cache it is bound to.
-        lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
+        if layers.kv_cache is None:
+            details["kv_cache"] = f"not laid out: {layers.kv_cache_missing}"
+        else:
+            details["kv_cache"] = layers.kv_cache.details()
+            # The draft's metadata built for another block size than the cache it is bound to.
+            lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
         if lost:
             return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         if rejection is not None:
@@ -303,13 +308,15 @@ class ProcessState:
             settings = tuple(
                 audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
-            layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+            missing = kv_cache.missing_api()
+            layout = None if missing else self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
         return BuiltDraft(
             names=tuple(name for name, _ in modules),
             backends=tuple(module.get_attn_backend().get_name() for _, module in modules),
             impls=tuple(type(getattr(module, "impl", None)).__name__ for _, module in modules),
             settings=settings,
             kv_cache=layout,
+            kv_cache_missing=missing,
         )
 
     def lay_out_kv_cache(
