@@ -143,9 +143,10 @@ def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> Spe
     """Model Runner V2's speculator (``DraftModelSpeculator.set_attn``): ``init_attn_backend``
     over the draft layers alone, under the config its builders get (``attn_vllm_config``); it
     computes kernel block sizes of its own and never sees the runner's."""
-    from vllm.v1.worker.gpu.attn_utils import init_attn_backend
 
     def groups(kv_cache_config: Any, runner_blocks: list[int]) -> list[Any]:
+        from vllm.v1.worker.gpu.attn_utils import init_attn_backend
+
         per_group, _, _ = init_attn_backend(kv_cache_config, draft_config, device, active_layer_names=draft_layers)
         return [g for gs in per_group for g in gs]
 
