@@ -65,15 +65,17 @@ def cover(
     def index_of(row: Mapping[str, AxisValue]) -> list[int]:
         return [values[a].index(row[names[a]]) for a in range(len(factors))]
 
+    # Only pairs with a covered axis are to be covered: a base row removes just those of its pairs
+    # (the gpu matrix's 10k base rows would otherwise build a million product-only pairs for nothing).
+    axis_pairs = [
+        (a, b) for a, b in itertools.combinations(range(len(factors)), 2) if a in covered_index or b in covered_index
+    ]
     uncovered: set[Pair] = {
-        ((a, i), (b, j))
-        for a, b in itertools.combinations(range(len(factors)), 2)
-        if a in covered_index or b in covered_index
-        for i in range(len(values[a]))
-        for j in range(len(values[b]))
+        ((a, i), (b, j)) for a, b in axis_pairs for i in range(len(values[a])) for j in range(len(values[b]))
     }
     for row in base:
-        uncovered -= _pairs_of(index_of(row))
+        indices = index_of(row)
+        uncovered -= {((a, indices[a]), (b, indices[b])) for a, b in axis_pairs}
 
     extra: list[Row] = []
     impossible: list[Pair] = []

@@ -50,17 +50,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from harness.axes import AXIS_NAMES
+from harness.axes import AXIS_NAMES, AxisValue
 from harness.errors import InputError
 from harness.findings import Finding, FindingSet, load_findings
-from harness.matrix import Cell, Matrix, Selector, read_selector, selector_matches
+from harness.matrix import Cell, Matrix, Selector, read_selector
 from harness.tomlfile import array_of_tables, only_keys, parse_release, read_toml, release_range
 from harness.verdict import FAULTS, VERDICTS, Verdict
 
@@ -110,20 +110,18 @@ class ExpectationSet:
         return dataclasses.replace(self, release=release)
 
     @functools.cached_property
-    def _rules_in_force(self) -> tuple[Rule, ...]:
-        # Asked once per set, not per cell: a stale check judges every cell under every recorded release.
-        return tuple(rule for rule in self.rules if rule.holds_for(self.release))
+    def _rules_in_force(self) -> _RuleIndex:
+        # Built once per set, not per cell: a stale check judges every cell under every recorded release.
+        return _RuleIndex.of(tuple(rule for rule in self.rules if rule.holds_for(self.release)))
 
     def for_cell(self, cell: Cell) -> Expectation:
-        values = cell.values
-        chosen = correct = self.default
-        for rule in self._rules_in_force:
-            if selector_matches(rule.when, values):
-                chosen = rule.expectation
-                if chosen.finding is None:
-                    correct = chosen
+        index = self._rules_in_force
+        matching = index.matching(cell.values)
+        chosen = index.last(matching, self.default)
         # Without the finding the cell falls to the last rule recording no bug: vLLM's correct answer.
-        return chosen if chosen.finding is None else dataclasses.replace(chosen, correct=correct)
+        if chosen.finding is None:
+            return chosen
+        return dataclasses.replace(chosen, correct=index.last(matching & index.recording_no_bug, self.default))
 
     @property
     def release_recorded(self) -> bool:
@@ -135,6 +133,46 @@ class ExpectationSet:
         judged = [self.for_release(release) for release in self.releases] if self.releases else [self]
         used = {expectations.for_cell(cell).rule for expectations in judged for cell in cells}
         return tuple(rule for rule in self.rules if rule.index not in used)
+
+
+@dataclass(frozen=True)
+class _RuleIndex:
+    """Rules as bit sets per axis value, so judging a cell costs a few lookups per axis, not a pass
+    over every rule: the stale check and the findings judge every cell under every recorded release.
+
+    Bit i stands for the i-th rule in force. A rule matches a cell when, for every axis it names,
+    the cell has that axis with an accepted value (``selector_matches``); the last match wins."""
+
+    rules: tuple[Rule, ...]
+    naming: Mapping[str, int]  # axis -> the rules that name it
+    accepting: Mapping[str, Mapping[AxisValue, int]]  # axis -> value -> the rules naming the axis that accept it
+    recording_no_bug: int  # the rules that name no finding
+
+    @classmethod
+    def of(cls, rules: tuple[Rule, ...]) -> _RuleIndex:
+        naming: dict[str, int] = {}
+        accepting: dict[str, dict[AxisValue, int]] = {}
+        no_bug = 0
+        for bit, rule in enumerate(rules):
+            for axis, accepted in rule.when:
+                naming[axis] = naming.get(axis, 0) | 1 << bit
+                by_value = accepting.setdefault(axis, {})
+                for value in accepted:
+                    by_value[value] = by_value.get(value, 0) | 1 << bit
+            if rule.expectation.finding is None:
+                no_bug |= 1 << bit
+        return cls(rules, naming, accepting, no_bug)
+
+    def matching(self, values: Mapping[str, AxisValue]) -> int:
+        matched = (1 << len(self.rules)) - 1
+        for axis, naming in self.naming.items():
+            # A rule naming this axis survives only if it accepts the cell's value (a cell without the axis: none do).
+            accepted = self.accepting[axis].get(values[axis], 0) if axis in values else 0
+            matched &= ~naming | accepted
+        return matched
+
+    def last(self, matched: int, default: Expectation) -> Expectation:
+        return self.rules[matched.bit_length() - 1].expectation if matched else default
 
 
 NO_EXPECTATIONS = ExpectationSet(

@@ -37,6 +37,7 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 from collections.abc import Mapping
@@ -47,7 +48,7 @@ from typing import Any
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
 from harness.contracts.lanes import CONTRACTS, LANES
 from harness.contracts.model import Contract
-from harness.covering import Covering, cover
+from harness.covering import Covering, Factors, cover
 from harness.errors import InputError
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
@@ -104,17 +105,12 @@ class Matrix:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def tolerance_for(self, dtype: AxisValue | None) -> float | None:
-        return dict(self.tolerances).get(str(dtype)) if dtype is not None else None
+        return _tolerance(self.tolerances, dtype)
 
     @property
     def all_axes(self) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
         """Product, covered and [[product]] axes, each with every value some cell may have."""
-        values = {name: list(vals) for name, vals in self.axes + self.cover}
-        for block in self.products:
-            for name, vals in block:
-                known = values.setdefault(name, [])
-                known.extend(v for v in vals if v not in known)
-        return tuple((name, tuple(vals)) for name, vals in values.items())
+        return _all_axes(self.axes, self.cover, self.products)
 
     @property
     def contract(self) -> Contract:
@@ -189,30 +185,50 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    defaults = {name: AXES_BY_NAME[name].default for name, _ in matrix.cover}
+    return _covering(matrix.axes, matrix.cover, matrix.exclusions)
+
+
+def _covering(axes: Factors, covered: Factors, exclusions: tuple[Selector, ...]) -> Covering:
+    defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
-        matrix.axes,
-        matrix.cover,
+        axes,
+        covered,
         {name: value for name, value in defaults.items() if value is not None},
-        lambda partial: any(selector_matches(rule, partial) for rule in matrix.exclusions),
+        lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
     )
+
+
+def _all_axes(axes: Factors, covered: Factors, products: tuple[Factors, ...]) -> Factors:
+    values = {name: list(vals) for name, vals in axes + covered}
+    for block in products:
+        for name, vals in block:
+            known = values.setdefault(name, [])
+            known.extend(v for v in vals if v not in known)
+    return tuple((name, tuple(vals)) for name, vals in values.items())
 
 
 def product_rows(matrix: Matrix) -> tuple[dict[str, AxisValue], ...]:
     """The rows of the [[product]] blocks, after exclusions. An axis a block does not name takes
     its default; an axis only the blocks vary is left out of a row at its default, as the other
     rows leave it out, so a row the covering already has is that same cell."""
-    main = {name for name, _ in matrix.axes + matrix.cover}
+    return _product_rows(matrix.axes, matrix.cover, matrix.products, matrix.exclusions)
+
+
+def _product_rows(
+    axes: Factors, covered: Factors, products: tuple[Factors, ...], exclusions: tuple[Selector, ...]
+) -> tuple[dict[str, AxisValue], ...]:
+    main = {name for name, _ in axes + covered}
+    every = _all_axes(axes, covered, products)
     rows = []
-    for block in matrix.products:
+    for block in products:
         named = dict(block)
         # _read_product refused a block that leaves out an axis without a default.
-        fixed = {name: _default(name) for name, _ in matrix.all_axes if name not in named}
+        fixed = {name: _default(name) for name, _ in every if name not in named}
         for combo in itertools.product(*named.values()):
             row = {**fixed, **dict(zip(named, combo, strict=True))}
             row = {n: v for n, v in row.items() if n in main or v != AXES_BY_NAME[n].default}
-            if not any(selector_matches(rule, row) for rule in matrix.exclusions):
-                rows.append({n: row[n] for n, _ in matrix.all_axes if n in row})
+            if not any(selector_matches(rule, row) for rule in exclusions):
+                rows.append({n: row[n] for n, _ in every if n in row})
     return tuple(rows)
 
 
@@ -224,26 +240,51 @@ def _default(name: str) -> AxisValue:
 
 
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
+    cells, duplicate = _cells(
+        matrix.lane, matrix.axes, matrix.cover, matrix.products, matrix.exclusions, matrix.tolerances, matrix.timeout_s
+    )
+    if duplicate is not None:
+        raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
+    return cells
+
+
+@functools.lru_cache(maxsize=32)
+def _cells(
+    lane: str,
+    axes: Factors,
+    covered: Factors,
+    products: tuple[Factors, ...],
+    exclusions: tuple[Selector, ...],
+    tolerances: tuple[tuple[str, float], ...],
+    timeout_s: float,
+) -> tuple[tuple[Cell, ...], str | None]:
+    """The cells, and the first duplicate id if any. They depend only on these declared fields, so a
+    process expands each matrix once: loading checks it, then the runner, the reports, `cells` and the
+    findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    rows = covering(matrix).rows
-    for index, values in enumerate(rows + product_rows(matrix)):
+    rows = _covering(axes, covered, exclusions).rows
+    for index, values in enumerate(rows + _product_rows(axes, covered, products, exclusions)):
         ident = cell_id(values)
         if index >= len(rows) and seen.get(ident) == values:
             continue  # a [[product]] row the covering (or another block) already has
         if ident in seen:
-            raise InputError(matrix.path, "axes", f"duplicate cell id {ident!r} (an axis lists the same value twice?)")
+            return (), ident
         seen[ident] = values
         cells.append(
             Cell(
                 id=ident,
-                lane=matrix.lane,
+                lane=lane,
                 axes=tuple((name, values[name]) for name in AXIS_NAMES if name in values),
-                tolerance=matrix.tolerance_for(values.get("dtype")),
-                timeout_s=matrix.timeout_s,
+                tolerance=_tolerance(tolerances, values.get("dtype")),
+                timeout_s=timeout_s,
             )
         )
-    return tuple(cells)
+    return tuple(cells), None
+
+
+def _tolerance(tolerances: tuple[tuple[str, float], ...], dtype: AxisValue | None) -> float | None:
+    return dict(tolerances).get(str(dtype)) if dtype is not None else None
 
 
 Selector = tuple[tuple[str, tuple[AxisValue, ...]], ...]

@@ -10,7 +10,8 @@ lists every finding with its status, harness limitations included (no page: noth
 
 Exit status: 0 when every page's script ran here and showed what the report shows (exit 1 for a
 finding present in the run, 0 for one fixed there); 1 when a script did not run (another vLLM, a
-lane without repro support; the page and the output say why) or disagreed; 2 on bad input.
+lane without repro support, a gpu cell's script on a machine without its GPU; the page and the output
+say why) or disagreed; 2 on bad input.
 """
 
 from __future__ import annotations
@@ -67,6 +68,9 @@ def _repro(item: FindingInRun, document: dict[str, object], source: str, out: Pa
         )
     except subprocess.TimeoutExpired:
         return ReproRun(name, cell, f"ran on vLLM {release} here and did not finish in {SCRIPT_TIMEOUT_S} s")
+    if done.returncode == 2:  # the script's "cannot run here" (a gpu cell without its GPU, no libcuda.so.1)
+        why = (done.stderr.strip().splitlines() or ["no reason given"])[-1]
+        return ReproRun(name, cell, f"not run here: {why}; run `python {name}` where it can run")
     said = [line for line in done.stdout.splitlines() if line.startswith(("observed:", "expected:"))]
     shown = f"exited {done.returncode} on vLLM {release} here" + (f" ({'; '.join(said)})" if said else "")
     return ReproRun(name, cell, shown, done.returncode)

@@ -2,6 +2,7 @@
 
     dflash-matrix history selection --old 0.24.0 [--new 0.33.0] [--out history/] [-k EXPR]
     dflash-matrix history selection --releases 0.24.0 0.25.0 0.33.0 --override 0.34.0=PINS ...
+    dflash-matrix history selection --old 0.24.0 --plan   # the Actions job matrix, one job per release
 
 The releases are those the package index offers from --old to --new (asked of pip; --new
 defaults to the newest). Each is installed into a release env of its own (the bisect's
@@ -42,6 +43,7 @@ from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import collector_paused, merge
+from harness.watch.plan import WatchJob, job_plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_release_arguments(parser, out="history", keep_envs=1, new_required=False)
     parser.add_argument("-n", "--workers", type=int, default=2, metavar="N", help="pytest-xdist workers (default 2)")
     parser.add_argument("-k", metavar="EXPR", dest="keyword", help="only the cells pytest's -k EXPR selects")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the JSON job matrix (one job per release) for Actions and stop"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
     releases = chosen_releases(args, "history")
     check_overridden(args, releases)
+    if args.plan:  # the same fan-out as the watch's: one job per release, merged by `dflash-matrix merge`
+        print(json.dumps(job_plan([WatchJob(args.matrix, release) for release in releases])))
+        return 0
     out = Path(args.out)
     pytest_args = ["-k", args.keyword] if args.keyword else []
     reports: list[Path] = []

@@ -25,6 +25,12 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, out: str, keep_env
     parser.add_argument("--new", metavar="VERSION", help=f"the newest release of the range{newest}")
     parser.add_argument("--releases", nargs="+", metavar="REQ", help="instead: pip requirements in order, oldest first")
     parser.add_argument("--out", metavar="DIR", default=out, help=f"the JSON and each release's report ({out}/)")
+    add_env_arguments(parser, keep_envs=keep_envs)
+    parser.set_defaults(new_required=new_required)
+
+
+def add_env_arguments(parser: argparse.ArgumentParser, *, keep_envs: int) -> None:
+    """Where release envs live and how each is installed (bisect, history, watch)."""
     parser.add_argument("--cache", metavar="DIR", help="where the release envs live (default: the harness cache)")
     parser.add_argument(
         "--keep-envs", type=int, default=keep_envs, metavar="N", help=f"release envs kept at once (default {keep_envs})"
@@ -41,7 +47,6 @@ def add_release_arguments(parser: argparse.ArgumentParser, *, out: str, keep_env
         ),
     )
     parser.add_argument("--clean", action="store_true", help="delete the release envs this run built when done")
-    parser.set_defaults(new_required=new_required)
 
 
 def requirement_for(label: str) -> str:

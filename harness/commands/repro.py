@@ -5,7 +5,15 @@
 The script carries the cell, its expectation and the recorded environment; run in an env
 with vLLM it prints what it observes and what was expected, and exits 1 when the cell's
 failure reproduces (the observed verdict is not the expected one), 0 otherwise: ready to
-paste into an upstream issue. Cells of the selection and cpu lanes.
+paste into an upstream issue. Cells of the selection, cpu, gpu and gpu-emulated lanes.
+
+A gpu or gpu-emulated cell's script is one template (``gpu_cell.py.tmpl``): on a real GPU of the
+cell's capability, or, for gpu-emulated, on the CPU with the generation simulated and Triton's
+interpreter set up by the script itself (it compiles the stub libcuda.so.1 it carries with gcc
+where no libcuda.so.1 loads); it exits 2 where it cannot run (no GPU of the cell's capability; no
+libcuda.so.1 and no gcc). It runs the layers eagerly only: a cell the lane captured in a CUDA
+graph says so in its script and here, and a cell whose expectation rests on the capture (the same
+cell run eagerly is expected otherwise), or on the loader differential, is refused.
 
 A cell under a finding (a known vLLM bug, harness/findings.py) is expected, in the report, to
 show the bug. Its script expects vLLM's correct behaviour instead: what the cell gets without the
@@ -17,6 +25,7 @@ was written from. A harness limitation is no vLLM bug: its script keeps the reco
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -24,14 +33,23 @@ from typing import Any
 from harness.atomic import write_atomic
 from harness.axes import LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
+from harness.contracts.lanes import GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.errors import InputError
+from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
-from harness.matrix import Matrix, expand, load_matrix
+from harness.lanes.gpu.emulated import EmulatedHost
+from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.verdict import VERDICTS, Verdict
 
 _REPRO = Path(__file__).resolve().parent.parent / "repro"
-TEMPLATES = {"selection": _REPRO / "selection_cell.py.tmpl", "cpu": _REPRO / "cpu_cell.py.tmpl"}
+TEMPLATES = {
+    "selection": _REPRO / "selection_cell.py.tmpl",
+    "cpu": _REPRO / "cpu_cell.py.tmpl",
+    "gpu": _REPRO / "gpu_cell.py.tmpl",
+    "gpu_emulated": _REPRO / "gpu_cell.py.tmpl",
+}
+GPU_LANES = ("gpu", "gpu_emulated")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,14 +83,120 @@ def _matrix(run: dict[str, Any]) -> Matrix | None:
     return None
 
 
-def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
-    """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
+def _matrix_cell(cell_id: str, matrix: Matrix | None, source: str) -> tuple[Matrix, Cell]:
+    """The run's matrix and the cell as it expands there (what a kernel lane drew its inputs from)."""
     found = next((c for c in expand(matrix) if c.id == cell_id), None) if matrix is not None else None
     if matrix is None or found is None:
         raise InputError(source, f"cells.{cell_id}", "the run's matrix cannot be read or no longer holds this cell")
+    return matrix, found
+
+
+def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
+    """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
+    matrix, found = _matrix_cell(cell_id, matrix, source)
     options = matrix.lane_options
     contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
     return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
+
+
+def captured_in_graph(axes: dict[str, Any]) -> bool:
+    """Whether the gpu lanes ran the cell captured in a CUDA graph, which the script (eager only) does
+    not do (Model Runner V1 never captures draft attention: its graph cells ran eagerly there too)."""
+    return axes.get("cudagraph") == "graph" and axes.get("loader", "v2") == "v2"
+
+
+def _gpu_refusal(
+    lane: str, cell: dict[str, Any], found: Cell, accepted: list[str], expectations: ExpectationSet
+) -> tuple[str, str] | None:
+    """Why the gpu script cannot reproduce this cell: (key under the cell, problem), or None."""
+    axes = cell["axes"]
+    if axes.get("method", "dflash") != "dflash":
+        return "axes.method", "the gpu repro writes DFlash drafts only (valid: dflash)"
+    if lane == "gpu_emulated" and (why := EmulatedHost(GpuEmulatedOptions(), ()).unavailable(found)) is not None:
+        return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
+    if "loader-diff" in (cell.get("verdict"), *accepted):
+        return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
+    if captured_in_graph(axes):
+        # The same cell run eagerly: where the expectations judge it otherwise, the verdict rests on
+        # the capture (a builder's graph support, a replay-only bug), which an eager script cannot show.
+        eager = dataclasses.replace(found, axes=tuple((k, "eager" if k == "cudagraph" else v) for k, v in found.axes))
+        captured, twin = expectations.for_cell(found).verdict, expectations.for_cell(eager).verdict
+        if captured != twin:
+            return (
+                "axes.cudagraph",
+                f"this cell's expectation ({captured}) rests on its CUDA-graph capture (run eagerly it is "
+                f"expected {twin}); the script runs the layers eagerly only",
+            )
+    return None
+
+
+def _gpu_inputs(
+    lane: str, run: dict[str, Any], cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What the gpu lanes drew the cell's inputs from (seed, contexts, tolerance, head size, block
+    size, whether it was captured) and, for gpu-emulated, the generation the script simulates and
+    its SM count; refused where the script cannot reproduce the cell."""
+    matrix, found = _matrix_cell(cell_id, matrix, source)
+    accepted = _correct_behaviour(cell, cell_id, source).get("accepted", [cell["expected"]])
+    expectations = expectations_for(matrix, run.get("expectations_release") or run.get("vllm_version"))
+    if (refusal := _gpu_refusal(lane, cell, found, accepted, expectations)) is not None:
+        raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
+    options = matrix.lane_options
+    axes = cell["axes"]
+    contexts = LONG_CONTEXT_LENS if axes.get("context") == "long" else options.context_lens
+    tolerance = cell.get("tolerance")
+    if tolerance is None:  # the cell ended before the comparison: the lane's rule for a rounded KV cache
+        draft_kv = str(axes.get("draft_kv_cache_dtype", "target"))
+        rounded_kv = axes.get("kv_cache_dtype", "auto") != "auto" or draft_kv.startswith("fp8")
+        tolerance = max(found.tolerance or 0.0, options.kv_fp8_tolerance) if rounded_kv else found.tolerance
+    inputs = {
+        "seed": found.seed + options.seed,
+        "context_lens": list(contexts),
+        "tolerance": tolerance,
+        "head_dim": options.head_dim,
+        "block_size": options.block_size,
+        "graph": captured_in_graph(axes),
+    }
+    if lane != "gpu_emulated":
+        return inputs, None
+    capability = str(axes.get("capability"))
+    if capability not in options.sm_counts:
+        raise InputError(
+            source, f"cells.{cell_id}.axes.capability", "the matrix's sm_counts has no entry", options.sm_counts
+        )
+    return inputs, {"capability": capability, "sm_count": int(options.sm_counts[capability])}
+
+
+def notes(lane: str, axes: dict[str, Any]) -> list[str]:
+    """What the script cannot do, said where it is written (and in the script itself)."""
+    said = []
+    if lane in GPU_LANES and captured_in_graph(axes):
+        said.append(
+            "eager only: the lane captured this cell in a CUDA graph and replayed it; the script runs its layers "
+            "eagerly, so a failure only the replay shows does not reproduce (exit 0 does not clear it)"
+        )
+    if lane == "gpu_emulated":
+        said.append(
+            "runs on the CPU; it needs libcuda.so.1: a driver, one on LD_LIBRARY_PATH (build the stub with "
+            "`gcc -O2 -shared -fPIC -Wl,-soname,libcuda.so.1 -o libcuda.so.1 harness/cuda/libcuda_stub.c`), or gcc, "
+            "with which it compiles the stub it carries; without any it exits 2"
+        )
+    if lane == "gpu":
+        said.append(f"needs a CUDA GPU of compute capability {axes.get('capability')}; elsewhere it exits 2")
+    return said
+
+
+def _graph_note(axes: dict[str, Any]) -> str:
+    """The script's own word on graphs (its docstring)."""
+    if captured_in_graph(axes):
+        return (
+            "This cell ran captured in a CUDA graph and replayed (cudagraph = graph, loader v2): this script\n"
+            "does not capture it, so a failure only the replay shows does not reproduce here (exit 0 does not "
+            "clear it)."
+        )
+    if axes.get("cudagraph") == "graph":
+        return "Model Runner V1 never captures draft attention, so this graph cell ran eagerly in the lane too."
+    return "This cell ran eagerly in the lane too (cudagraph = eager)."
 
 
 def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[str, Any]:
@@ -105,14 +229,19 @@ def _correct_behaviour(cell: dict[str, Any], cell_id: str, source: str) -> dict[
     }
 
 
-def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
+def _cell_of(report: dict[str, Any], cell_id: str, source: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The cell's record, its run and its lane."""
     cells = {cell.get("id"): cell for cell in report["cells"] if isinstance(cell, dict)}
     if cell_id not in cells:
         raise InputError(source, "cells", f"the report has no cell {cell_id!r}")
     cell = cells[cell_id]
     # A merged report holds several runs; the cell names its run by key (schema 2).
     run = next((r for r in report["runs"] if r.get("key") == cell.get("run")), report["runs"][0])
-    lane = str(cell.get("lane") or run.get("lane"))
+    return cell, run, str(cell.get("lane") or run.get("lane"))
+
+
+def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str) -> str:
+    cell, run, lane = _cell_of(report, cell_id, source)
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
     if lane == "selection" and cell["axes"].get("method", "dflash") != "dflash":
@@ -132,9 +261,15 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "head_dim": int(options.get("head_dim", 128)),
         "target_backend": options.get("target_backend"),
     }
+    if cell.get("require_message"):  # watch: a group whose reason alone changed asserts the message too
+        payload["require_message"] = True
     payload.update(_correct_behaviour(cell, cell_id, source))
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
+    emulation = None
+    if lane in GPU_LANES:
+        inputs, emulation = _gpu_inputs(lane, run, cell, cell_id, matrix, source)
+        payload.update(inputs)
     facts = [
         ("vLLM", run.get("vllm_version")),
         ("vLLM from", run.get("vllm_source") or run.get("vllm_requirement")),
@@ -163,7 +298,9 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "__ENVIRONMENT__": environment,
         "__COMMAND__": command,
         "__CELL_JSON__": repr(json.dumps(payload)),
-        "__STUB_C__": repr(STUB_SOURCE.read_text()),
+        "__STUB_C__": repr(STUB_SOURCE.read_text()) if lane != "gpu" else "None",
+        "__EMULATION_JSON__": repr(json.dumps(emulation)),
+        "__GRAPH_NOTE__": _graph_note(cell["axes"]),
     }
     for marker, value in replacements.items():
         text = text.replace(marker, value)
@@ -172,7 +309,11 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    text = script_for(report_document(Path(args.report)), args.cell, args.report, out.name)
+    report = report_document(Path(args.report))
+    text = script_for(report, args.cell, args.report, out.name)
     write_atomic(out, text.encode())
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
+    cell, _, lane = _cell_of(report, args.cell, args.report)
+    for note in notes(lane, cell["axes"]):
+        print(f"note: {note}")
     return 0

@@ -11,6 +11,7 @@ the block.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -48,7 +49,10 @@ MAX_SECTION_ITEMS = 500
 MAX_TITLE_REASONS = 8
 
 
+@functools.lru_cache(maxsize=1)
 def _environment() -> Environment:
+    # One per process: jinja compiles each template once per environment, and merge, diff and
+    # history write many reports in one process.
     env = Environment(
         loader=PackageLoader("harness.reports", "templates"),
         autoescape=select_autoescape(enabled_extensions=("html", "j2"), default=True),

@@ -80,5 +80,45 @@ def test_gpu_runners_match_the_generations_the_expectations_claim() -> None:
         if not named & served and "not yet observed on hardware" not in rule["reason"]:
             unchecked.append(rule["when"])
     assert unchecked == [], f"rules no runner checks, not marked as unobserved: {unchecked}"
-    # Expectations are for vLLM 0.33.0 (their header); a release without its own would only report drift.
-    assert matrix["vllm"] == ["0.33.0"]
+    # No hand pin: the releases come from the expectations' `releases` (the releases job).
+    assert matrix["vllm"] == "${{ fromJSON(needs.releases.outputs.vllm) }}"
+
+
+WATCH = REPO / ".github" / "workflows" / "vllm-watch.yml"
+
+
+def test_the_watch_runs_on_schedule_and_on_demand_only() -> None:
+    assert set(triggers(load(WATCH))) == {"schedule", "workflow_dispatch"}
+
+
+def test_the_watch_uses_hosted_runners_only() -> None:
+    jobs = load(WATCH)["jobs"]
+    assert all("self-hosted" not in labels for job in jobs.values() for labels in runner_labels(job))
+
+
+def test_only_the_publishing_job_may_write_and_it_runs_no_watched_release() -> None:
+    jobs = load(WATCH)["jobs"]
+    writers = {name for name, job in jobs.items() if "write" in job["permissions"].values()}
+    assert writers == {"publish"}
+    assert jobs["publish"]["permissions"] == {"contents": "read", "issues": "write"}
+    scripts = [step.get("run", "") for step in jobs["publish"]["steps"]]
+    # It installs this repository's harness and reads the deltas as data: no vLLM, no lane, nothing
+    # the other jobs wrote is executed.
+    for script in scripts:
+        assert "vllm" not in script.replace("vllm-watch", "").lower(), script
+        assert "dflash-matrix watch " not in script and "dflash-matrix run" not in script, script
+        assert "bash deltas" not in script and "python deltas" not in script, script
+    assert any("dflash-matrix watch-issues deltas" in script for script in scripts)
+
+
+def test_the_watch_splices_no_input_into_a_script() -> None:
+    # Inputs and matrix values (a nightly URL, a release) reach scripts as environment variables only.
+    for job in load(WATCH)["jobs"].values():
+        for step in job["steps"]:
+            assert "${{" not in step.get("run", ""), step.get("name")
+
+
+def test_the_watch_fans_out_the_plan_it_prints() -> None:
+    jobs = load(WATCH)["jobs"]
+    assert jobs["lane"]["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert jobs["lane"]["needs"] == "plan" and set(jobs["publish"]["needs"]) == {"plan", "lane"}

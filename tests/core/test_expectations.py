@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from harness.errors import InputError
-from harness.expectations import NO_EXPECTATIONS, describe_release, describe_stale, expectations_for, load_expectations
-from harness.matrix import expand
+from harness.expectations import (
+    NO_EXPECTATIONS,
+    Expectation,
+    ExpectationSet,
+    Rule,
+    describe_release,
+    describe_stale,
+    expectations_for,
+    load_expectations,
+)
+from harness.findings import Finding, FindingKind
+from harness.matrix import Cell, expand, selector_matches
 from harness.result import decide
 from harness.verdict import Outcome, Verdict
 
@@ -218,3 +231,30 @@ def test_bad_versions_are_one_line_naming_file_and_key(tmp_path: Path, case: str
     assert "\n" not in line and line.startswith(f"{path}: ")
     for fragment in fragments:
         assert fragment in line
+
+
+def test_judging_by_the_rule_index_agrees_with_matching_each_rule_in_turn() -> None:
+    # for_cell judges through bit sets per axis value; the plain reading of the file is "the last
+    # rule whose selector matches wins, and without a finding the last rule naming none".
+    rng = random.Random(7)
+    axes = {"backend": ("A", "B", "C"), "causal": (True, False), "layers": (1, 2, 3), "extra": ("x", "y")}
+    bug = Finding("bug", "a bug", FindingKind.UPSTREAM_BUG, SpecifierSet(">=0.1"), Version("0.1"), "here", "unreported")
+    rules = []
+    for index in range(40):
+        named = rng.sample(sorted(axes), rng.randint(0, 3))
+        when = tuple((axis, tuple(rng.sample(axes[axis], rng.randint(1, len(axes[axis]))))) for axis in named)
+        verdict = rng.choice((Verdict.PASS, Verdict.UNSUPPORTED, Verdict.WRONG_BACKEND))
+        finding = bug if verdict is Verdict.WRONG_BACKEND else None
+        rules.append(Rule(index, when, Expectation(verdict, f"r{index}", rule=index, finding=finding)))
+    default = Expectation(Verdict.PASS, "default")
+    expectations = ExpectationSet(path=None, default=default, rules=tuple(rules))
+
+    for number in range(300):
+        present = [axis for axis in axes if axis != "extra" or rng.random() < 0.5]  # some cells lack an axis
+        cell = Cell(f"c{number}", "lane", tuple((axis, rng.choice(axes[axis])) for axis in present), None, 1.0)
+        matched = [rule.expectation for rule in rules if selector_matches(rule.when, cell.values)]
+        plain = [expectation for expectation in matched if expectation.finding is None]
+        got = expectations.for_cell(cell)
+        assert got.rule == (matched[-1].rule if matched else None)
+        if got.finding is not None:
+            assert got.correct == (plain[-1] if plain else default)

@@ -76,3 +76,25 @@ def test_the_configuration_a_cell_stands_for() -> None:
     assert "attention_backend" not in arguments["speculative_config"]
     assert arguments["speculative_config"]["kv_cache_dtype"] == "fp8"
     assert arguments["attention_backend"] == "FLASHINFER" and "attention_config" not in arguments
+
+
+def test_a_script_that_cannot_run_on_this_machine_is_not_run_here_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gpu cell's script on a machine without its GPU exits 2 with one line: the page says it did
+    not run, and why, rather than reporting an exit status as if vLLM had been judged."""
+    import subprocess
+
+    from harness.commands import findings
+
+    def without_the_gpu(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        why = "cannot run here: this cell needs a CUDA GPU of compute capability 8.0; torch sees none\n"
+        return subprocess.CompletedProcess(command, 2, stdout="", stderr=why)
+
+    monkeypatch.setattr(findings, "_installed_vllm", lambda: "0.33.0")
+    monkeypatch.setattr(findings.subprocess, "run", without_the_gpu)
+    out = tmp_path / "pages"
+    assert main(["findings", str(_report(tmp_path / "report")), "--out", str(out)]) == 1
+    page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
+    assert "not run here: cannot run here: this cell needs a CUDA GPU" in page
+    assert "exited 2" not in page and "not run here: cannot run here" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import expectations_for
 from harness.findings import load_findings
-from harness.matrix import expand, load_matrix
+from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Observation
 from harness.result import decide
 
@@ -90,7 +91,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     ("cells", "cell", "fragment"),
     [
         ([CELL], "sm90-NOPE", "the report has no cell 'sm90-NOPE'"),
-        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "gpu lane"),
+        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "fake"}], "sm90-FLASH_ATTN-causal", "fake lane"),
+        # A gpu cell's inputs come from its run's matrix too.
+        ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "matrix"),
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
         ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
@@ -220,3 +223,240 @@ def test_an_over_claims_script_takes_the_refusal_or_a_pass_and_a_harness_limit_k
         payloads[cell.id] = json.loads(ast.literal_eval(text.split("CELL = json.loads(", 1)[1].split(")\n", 1)[0]))
     assert payloads[hpc.id]["accepted"] == ["pass", "unsupported"]  # fixed by honouring the claim or withdrawing it
     assert payloads[rocm.id]["accepted"] == ["crash"] and "finding" not in payloads[rocm.id]
+
+
+# -- the gpu lanes: one template, on a real GPU or emulated on the CPU --------------------------
+
+GPU_CELL = "sm90-TRITON_ATTN-causal-sink-bf16-v2"
+
+
+@functools.cache
+def _bundled(lane: str) -> tuple[Matrix, dict[str, Cell]]:
+    """A gpu lane's shipped matrix and its cells by id (the gpu matrix's 10,000 take seconds to expand)."""
+    matrix = load_matrix(matrix_path("gpu" if lane == "gpu" else "gpu-emulated"))
+    return matrix, {c.id: c for c in expand(matrix)}
+
+
+def _gpu_report(folder: Path, lane: str, cell_id: str = GPU_CELL, **recorded: Any) -> Path:
+    """A report of one cell of the bundled gpu or gpu-emulated matrix, as its lane records it."""
+    name = "gpu" if lane == "gpu" else "gpu-emulated"
+    matrix, cells = _bundled(lane)
+    cell = cells[cell_id]
+    expected = expectations_for(matrix, "0.33.0").for_cell(cell)
+    run = {**RUN, "lane": lane, "matrix": name, "matrix_path": f"matrices/{name}.toml", "vllm_version": "0.33.0"}
+    record = {
+        "id": cell_id,
+        "lane": lane,
+        "run": RUN["key"],
+        "axes": dict(cell.axes),
+        "expected": str(expected.verdict),
+        "expected_message": expected.message,
+        "verdict": str(expected.verdict),
+        "message": "recorded by this test",
+        **recorded,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": [record]}))
+    return folder
+
+
+def _payload(text: str, name: str = "CELL") -> Any:
+    return json.loads(ast.literal_eval(text.split(f"{name} = json.loads(", 1)[1].split(")\n", 1)[0]))
+
+
+def _written(tmp_path: Path, lane: str, cell_id: str = GPU_CELL, **recorded: Any) -> str:
+    out = tmp_path / lane / "repro.py"
+    assert (
+        main(
+            [
+                "repro",
+                cell_id,
+                "--report",
+                str(_gpu_report(tmp_path / lane, lane, cell_id, **recorded)),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    return out.read_text()
+
+
+@pytest.mark.parametrize("lane", ["gpu", "gpu_emulated"])
+def test_a_gpu_lanes_script_compiles_names_its_cell_and_imports_only_vllm_torch_and_the_stdlib(
+    tmp_path: Path, lane: str
+) -> None:
+    text = _written(tmp_path, lane)
+    tree = ast.parse(text)
+    compile(tree, "repro", "exec")
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+    }
+    # triton: the interpreter set-up of an emulated cell, in the dependency vLLM's CUDA build brings.
+    assert imported - set(sys.stdlib_module_names) == {"vllm", "torch", "triton"}
+    assert text.startswith(f'"""Repro of dflash-matrix cell {GPU_CELL} ({lane} lane)')
+    payload = _payload(text)
+    matrix, cells = _bundled(lane)
+    cell = cells[GPU_CELL]
+    assert payload["id"] == GPU_CELL and payload["seed"] == cell.seed + matrix.lane_options.seed
+    assert payload["context_lens"] == list(matrix.lane_options.context_lens) and payload["tolerance"] == cell.tolerance
+    assert (payload["head_dim"], payload["block_size"], payload["graph"]) == (128, None, False)
+    emulation = _payload(text, "EMULATION")
+    assert emulation == (None if lane == "gpu" else {"capability": "9.0", "sm_count": 132})
+    assert ("cuCtxGetCurrent" in text) is (lane == "gpu_emulated")  # the stub libcuda.so.1 it compiles
+
+
+def test_the_gpu_script_differs_from_the_gpu_emulated_one_only_in_its_cell_and_its_emulation(tmp_path: Path) -> None:
+    """The gpu lane cannot run here (no GPU): its script is the emulated one's code path minus the
+    interpreter set-up, which EMULATION switches off; every other line is the same text."""
+    import difflib
+
+    gpu, emulated = _written(tmp_path, "gpu").splitlines(), _written(tmp_path, "gpu_emulated").splitlines()
+    changed = [
+        line[1:]
+        for line in difflib.unified_diff(gpu, emulated, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    prefixes = ('"""Repro of dflash-matrix cell', "CELL = json.loads(", "EMULATION = json.loads(", "STUB_C = ")
+    assert changed and all(line.startswith(prefixes) for line in changed), changed
+    assert {line.split(" ", 1)[0] for line in changed} == {'"""Repro', "CELL", "EMULATION", "STUB_C"}
+
+
+def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    captured = "sm90-TRITON_ATTN-causal-sink-bf16-v2-graph"
+    text = _written(tmp_path, "gpu_emulated", captured)
+    assert _payload(text)["graph"] is True
+    assert "This cell ran captured in a CUDA graph and replayed" in text
+    assert "note: eager only: the lane captured this cell in a CUDA graph" in capsys.readouterr().out
+    # Model Runner V1 never captures draft attention: its graph cells ran eagerly in the lane too.
+    v1 = _written(tmp_path / "v1", "gpu_emulated", "sm90-TRITON_ATTN-causal-sink-bf16-v1-graph")
+    assert _payload(v1)["graph"] is False and "Model Runner V1 never captures draft attention" in v1
+    assert "eager only" not in capsys.readouterr().out
+    # An over-claim judged the same eagerly as captured: its eager script asserts vLLM's correct behaviour.
+    matrix, cells = _bundled("gpu")
+    hpc = cells["sm90-HPC_ATTN-causal-nosink-bf16-v2-graph"]
+    built_nothing = decide(hpc, Observation("HPC_ATTN"), expectations_for(matrix, "0.33.0").for_cell(hpc)).to_json()
+    assert built_nothing["finding"] is not None
+    judged = {k: v for k, v in built_nothing.items() if k in ("verdict", "expected", "message", "finding", "correct")}
+    text = _written(tmp_path / "hpc", "gpu", hpc.id, **judged)
+    assert _payload(text)["graph"] is True and _payload(text)["accepted"] == ["pass", "unsupported"]
+
+
+@pytest.mark.parametrize(
+    ("lane", "cell", "recorded", "fragment"),
+    [
+        ("gpu_emulated", "sm90-FLASH_ATTN-causal-nosink-bf16-v2", {}, "axes.backend: unavailable on the emulated host"),
+        ("gpu_emulated", "sm90-FLEX_ATTENTION-causal-nosink-bf16-v1-graph", {}, "Inductor's C++ kernel"),
+        ("gpu", "sm90-auto-dspark-causal-sink-hd256-bf16-v2-long", {}, "axes.method: the gpu repro writes DFlash"),
+        (
+            "gpu",
+            "sm100-FLASHINFER-noncausal-sink-bf16-v2-graph",
+            {},
+            "axes.cudagraph: this cell's expectation (unsupported) rests",
+        ),
+        ("gpu_emulated", GPU_CELL, {"verdict": "loader-diff"}, "verdict: the script does not build Model Runner V1"),
+    ],
+)
+def test_a_gpu_cell_the_script_cannot_reproduce_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], lane: str, cell: str, recorded: dict[str, Any], fragment: str
+) -> None:
+    out = tmp_path / "repro.py"
+    report = _gpu_report(tmp_path / "report", lane, cell, **recorded)
+    assert main(["repro", cell, "--report", str(report), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cells.{cell}." in err[0] and fragment in err[0] and not out.exists(), err
+
+
+def _script_main(text: str) -> Any:
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(text, "repro", "exec"), namespace)
+    return namespace["main"]
+
+
+def test_an_emulated_script_without_libcuda_or_gcc_says_so_in_one_line_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ctypes
+    import shutil
+
+    script_main = _script_main(_written(tmp_path, "gpu_emulated"))
+    capsys.readouterr()
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit) as exited:
+        script_main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "no libcuda.so.1 loads and gcc is not found" in err[0]
+
+
+@pytest.fixture(scope="module")
+def gpu_script(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _written(tmp_path_factory.mktemp("gpu"), "gpu")
+
+
+@pytest.mark.parametrize(
+    ("available", "capability", "fragment"), [(False, None, "sees none"), (True, (8, 0), "is 8.0")]
+)
+def test_a_gpu_script_without_the_cells_gpu_says_so_in_one_line_and_exits_2(
+    gpu_script: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    available: bool,
+    capability: tuple[int, int] | None,
+    fragment: str,
+) -> None:
+    import types
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: available,
+        get_device_capability=lambda device=0: capability,
+        get_device_name=lambda device=0: "Stand-in GPU",
+    )
+    monkeypatch.setitem(
+        sys.modules, "torch", types.SimpleNamespace(cuda=cuda, __version__="x", version=types.SimpleNamespace(cuda="y"))
+    )
+    script_main = _script_main(gpu_script)
+    with pytest.raises(SystemExit) as exited:
+        script_main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and fragment in err[0] and "capability 9.0" in err[0], err
+
+
+def test_a_selection_script_without_libcuda_or_gcc_cannot_run_and_exits_2_not_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit 1 means "the failure reproduces": a machine that cannot build the stub driver is not that."""
+    import ctypes
+    import shutil
+    import types
+
+    ident = "sm90-TRITON_ATTN-causal-sink-v2-cubin"
+    document = {
+        "schema": "dflash-matrix/2",
+        "runs": [{**RUN, "vllm_version": "0.33.0"}],
+        "cells": [{**_recorded(ident, "0.33.0", "pass"), "run": RUN["key"]}],
+    }
+    (tmp_path / "matrix.json").write_text(json.dumps(document))
+    script = tmp_path / "repro.py"
+    assert main(["repro", ident, "--report", str(tmp_path), "--out", str(script)]) == 0
+    for name in ("torch", "vllm"):
+        monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
+    namespace: dict[str, Any] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+
+    def no_library(*args: object, **kwargs: object) -> None:
+        raise OSError("libcuda.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_library)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        namespace["load_libcuda"](tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exited.value.code == 2 and len(err) == 1 and "gcc not found" in err[0]
