@@ -7,6 +7,7 @@ cells whose draft asked for something else than the target has.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from harness.lanes.selection import SelectionLane
@@ -48,6 +49,8 @@ def _install_default_blocks() -> None:
 
     init_attn_backend = attn_utils.init_attn_backend
 
+    # wraps: the layout asks init_attn_backend's signature which parameters it takes.
+    @functools.wraps(init_attn_backend)
     def planted(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
         groups, support, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device, *args, **kwargs)
         if kwargs.get("active_layer_names") is not None:
@@ -74,6 +77,8 @@ def _install_runner_blocks() -> None:
 
     init_attn_backend = attn_utils.init_attn_backend
 
+    # wraps: the layout asks init_attn_backend's signature which parameters it takes.
+    @functools.wraps(init_attn_backend)
     def planted(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
         groups, support, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device, *args, **kwargs)
         if kwargs.get("active_layer_names") is not None:

@@ -309,7 +309,16 @@ class ProcessState:
                 audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
             missing = kv_cache.missing_api()
-            layout = None if missing else self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+            layout = None
+            if missing is None:
+                try:
+                    layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+                except RuntimeError as error:
+                    if NO_DRIVER not in str(error):
+                        raise
+                    # A metadata builder that asks the physical device (TRITON_ATTN's on SM120
+                    # asks its SM count): a host limit, not a fact about the draft.
+                    missing = f"a metadata builder asks the physical device ({one_line(error, 200)})"
         return BuiltDraft(
             names=tuple(name for name, _ in modules),
             backends=tuple(module.get_attn_backend().get_name() for _, module in modules),
