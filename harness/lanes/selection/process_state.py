@@ -313,6 +313,12 @@ class ProcessState:
             if missing is None:
                 try:
                     layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+                except ValueError as error:
+                    # vLLM's own refusal of the layout (select_common_block_size finding no kernel
+                    # block for a group, ...): named, not yet judged. Whether an engine reaches it
+                    # with this config (update_block_size_for_backend may size the block first)
+                    # is open: docs/explanation/target-draft-seam.md, 2.4.
+                    missing = f"vLLM refused the layout: {one_line(error, 300)}"
                 except RuntimeError as error:
                     if NO_DRIVER not in str(error):
                         raise
