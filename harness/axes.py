@@ -53,6 +53,12 @@ LONG_CONTEXT_LENS = (1500, 600, 3)
 # names every KV-cache-group kind a DFlash draft layer can be (vllm KVCacheSpecKind values).
 TARGET_KIND_PREFIX = "kind:"
 DRAFT_LAYER_KINDS = ("full_attention", "sliding_window")
+# The target's --block-size (the KV-cache manager's block, shared by target and draft layers):
+# "unset" leaves it to vLLM (not user-specified); a number is what a user passes. 64 is the
+# largest kernel block FlashInfer takes on SM80/SM90; 128 and 256 make vLLM split manager
+# blocks into kernel blocks (docs/explanation/target-draft-seam.md, 2.4).
+BLOCK_SIZE_UNSET = "unset"
+BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 
 class AxisValueError(ValueError):
@@ -138,6 +144,14 @@ def _target_token(value: AxisValue) -> str | None:
     return f"tgt.{text}"
 
 
+def _block_size(value: object) -> AxisValue:
+    if value == BLOCK_SIZE_UNSET:
+        return BLOCK_SIZE_UNSET
+    if isinstance(value, int) and not isinstance(value, bool) and value in BLOCK_SIZES:
+        return value
+    raise AxisValueError(f"{value!r} is not a block size", (f'"{BLOCK_SIZE_UNSET}"', *map(str, BLOCK_SIZES)))
+
+
 def _capability(value: object) -> AxisValue:
     if isinstance(value, str) and _CAPABILITY.match(value):
         return value
@@ -212,6 +226,14 @@ AXES: tuple[Axis, ...] = (
         TARGET_HEADS,
         "qwen3",
         lambda v: f"tgthead.{v.replace('_', '')}",
+    ),
+    Axis(
+        "block_size",
+        "the target's --block-size (the KV-cache manager's block): unset, or a token count",
+        _block_size,
+        lambda v: None if v == BLOCK_SIZE_UNSET else f"bs{v}",
+        (BLOCK_SIZE_UNSET, *map(str, BLOCK_SIZES)),
+        default=BLOCK_SIZE_UNSET,
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
     _choice("cudagraph", "eager, or capture and replay in a CUDA graph", CUDAGRAPH_MODES, "eager"),

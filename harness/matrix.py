@@ -20,6 +20,13 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [triples]           # optional: every value triple of any three of these axes (one covered) appears
     axes = ["capability", "backend", "method"]
 
+    [[product]]         # optional, repeatable: a further full product of the axes it names,
+    capability = ["9.0"]  # every other axis at its default (one that has none must be named)
+    backend = ["FLASH_ATTN"]
+    causal = [false]
+    sink = [false]
+    block_size = [128, 256]
+
     [[exclude]]
     backend = "auto"
     sink = [true]
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,7 +57,7 @@ from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "cover", "triples", "exclude", "tolerance", "options")
+_TOP_KEYS = ("matrix", "axes", "cover", "triples", "product", "exclude", "tolerance", "options")
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,9 @@ class Matrix:
     cover: tuple[tuple[str, tuple[AxisValue, ...]], ...] = ()
     # Axes covered to strength 3: every value triple of any three of them, one covered, is in a cell.
     triples: tuple[str, ...] = ()
+    # Further full products ([[product]]): where a few axes must be crossed in full (every
+    # triple, not every pair) without multiplying the whole matrix by them.
+    products: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -103,8 +114,8 @@ class Matrix:
 
     @property
     def all_axes(self) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
-        """Product and covered axes: every axis a cell of this matrix has a value for."""
-        return self.axes + self.cover
+        """Product, covered and [[product]] axes, each with every value some cell may have."""
+        return _all_axes(self.axes, self.cover, self.products)
 
     @property
     def contract(self) -> Contract:
@@ -150,8 +161,13 @@ def load_matrix(path: str | Path) -> Matrix:
     axes = _read_axes(path, raw.get("axes"))
     covered = _read_cover(path, raw.get("cover", {}), axes)
     triples = _read_triples(path, raw.get("triples"), axes, covered)
+    products = tuple(
+        _read_product(path, f"product[{i}]", block, axes + covered)
+        for i, block in enumerate(array_of_tables(path, raw, "product"))
+    )
+    matrix = Matrix(path=path, name=name, lane=lane, axes=axes, cover=covered, triples=triples, products=products)
     exclusions = tuple(
-        read_selector(path, f"exclude[{i}]", rule, axes + covered)
+        read_selector(path, f"exclude[{i}]", rule, matrix.all_axes)
         for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
     )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
@@ -159,15 +175,10 @@ def load_matrix(path: str | Path) -> Matrix:
     if not isinstance(options, dict):
         raise InputError(path, "options", "must be a table")
     # What the lane cannot run is a mistake in this file, refused here, before any cell process.
-    CONTRACTS[lane].check(path, dict(axes + covered), options)
-    matrix = Matrix(
-        path=path,
-        name=name,
-        lane=lane,
-        axes=axes,
+    CONTRACTS[lane].check(path, dict(matrix.all_axes), options)
+    matrix = replace(
+        matrix,
         exclusions=exclusions,
-        cover=covered,
-        triples=triples,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
@@ -195,9 +206,57 @@ def _covering(axes: Factors, covered: Factors, triples: tuple[str, ...], exclusi
     )
 
 
+def _all_axes(axes: Factors, covered: Factors, products: tuple[Factors, ...]) -> Factors:
+    values = {name: list(vals) for name, vals in axes + covered}
+    for block in products:
+        for name, vals in block:
+            known = values.setdefault(name, [])
+            known.extend(v for v in vals if v not in known)
+    return tuple((name, tuple(vals)) for name, vals in values.items())
+
+
+def product_rows(matrix: Matrix) -> tuple[dict[str, AxisValue], ...]:
+    """The rows of the [[product]] blocks, after exclusions. An axis a block does not name takes
+    its default; an axis only the blocks vary is left out of a row at its default, as the other
+    rows leave it out, so a row the covering already has is that same cell."""
+    return _product_rows(matrix.axes, matrix.cover, matrix.products, matrix.exclusions)
+
+
+def _product_rows(
+    axes: Factors, covered: Factors, products: tuple[Factors, ...], exclusions: tuple[Selector, ...]
+) -> tuple[dict[str, AxisValue], ...]:
+    main = {name for name, _ in axes + covered}
+    every = _all_axes(axes, covered, products)
+    rows = []
+    for block in products:
+        named = dict(block)
+        # _read_product refused a block that leaves out an axis without a default.
+        fixed = {name: _default(name) for name, _ in every if name not in named}
+        for combo in itertools.product(*named.values()):
+            row = {**fixed, **dict(zip(named, combo, strict=True))}
+            row = {n: v for n, v in row.items() if n in main or v != AXES_BY_NAME[n].default}
+            if not any(selector_matches(rule, row) for rule in exclusions):
+                rows.append({n: row[n] for n, _ in every if n in row})
+    return tuple(rows)
+
+
+def _default(name: str) -> AxisValue:
+    default = AXES_BY_NAME[name].default
+    if default is None:
+        raise ValueError(f"axis {name} has no default")
+    return default
+
+
 def expand(matrix: Matrix) -> tuple[Cell, ...]:
     cells, duplicate = _cells(
-        matrix.lane, matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, matrix.tolerances, matrix.timeout_s
+        matrix.lane,
+        matrix.axes,
+        matrix.cover,
+        matrix.triples,
+        matrix.products,
+        matrix.exclusions,
+        matrix.tolerances,
+        matrix.timeout_s,
     )
     if duplicate is not None:
         raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
@@ -210,6 +269,7 @@ def _cells(
     axes: Factors,
     covered: Factors,
     triples: tuple[str, ...],
+    products: tuple[Factors, ...],
     exclusions: tuple[Selector, ...],
     tolerances: tuple[tuple[str, float], ...],
     timeout_s: float,
@@ -218,12 +278,15 @@ def _cells(
     process expands each matrix once: loading checks it, then the runner, the reports, `cells` and the
     findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
-    seen: set[str] = set()
-    for values in _covering(axes, covered, triples, exclusions).rows:
+    seen: dict[str, dict[str, AxisValue]] = {}
+    rows = _covering(axes, covered, triples, exclusions).rows
+    for index, values in enumerate(rows + _product_rows(axes, covered, products, exclusions)):
         ident = cell_id(values)
+        if index >= len(rows) and seen.get(ident) == values:
+            continue  # a [[product]] row the covering (or another block) already has
         if ident in seen:
             return (), ident
-        seen.add(ident)
+        seen[ident] = values
         cells.append(
             Cell(
                 id=ident,
@@ -328,6 +391,23 @@ def _read_cover(
             )
         covered.append((name, checked))
     return tuple(covered)
+
+
+def _read_product(path: Path, key: str, raw: Mapping[str, Any], axes: Selector) -> Selector:
+    """A [[product]] block: axis = [values], in full product; an axis of the matrix it does not
+    name must have a default (the value its rows carry)."""
+    block = read_selector(path, key, raw, None)
+    named = dict(block)
+    main = dict(axes)
+    for name in named:
+        if name not in main and AXES_BY_NAME[name].default is None:
+            raise InputError(
+                path, f"{key}.{name}", "an axis only [[product]] varies needs a default, the value other cells carry"
+            )
+    for name in main:
+        if name not in named and AXES_BY_NAME[name].default is None:
+            raise InputError(path, f"{key}.{name}", "must be named: the axis has no default", tuple(named))
+    return block
 
 
 def read_selector(

@@ -39,7 +39,7 @@ from harness.attention.draft import EngineSettings
 from harness.attention.paged import Batch, Inputs
 from harness.attention.reference import Fp8Accumulation
 from harness.attention.workspace import Workspace
-from harness.axes import DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
+from harness.axes import BLOCK_SIZE_UNSET, DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
 from harness.matrix import Cell
 from harness.observation import Claim, LoaderDifferential, Observation, one_line
 from harness.stages import Stage, StageLog
@@ -160,9 +160,9 @@ def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def engine_settings(cell: Cell, base: EngineSettings | None = None) -> EngineSettings:
-    """The engine settings a cell asks for: its KV dtypes, the target's attention, the method,
-    and a model length that holds its contexts. A target left to auto keeps ``base``'s (a
-    lane option, e.g. the selection lane's ``target_backend``)."""
+    """The engine settings a cell asks for: its KV dtypes, the target's attention and
+    --block-size, the method, and a model length that holds its contexts. A target left to
+    auto keeps ``base``'s (a lane option, e.g. the selection lane's ``target_backend``)."""
     base = base or EngineSettings()
     target = str(cell.get("target_attention", "auto"))
     draft_kv = str(cell.get("draft_kv_cache_dtype", "target"))
@@ -174,8 +174,11 @@ def engine_settings(cell: Cell, base: EngineSettings | None = None) -> EngineSet
     elif target != "auto":
         target_backend = target
     longest = max(context_lens(cell, ()) or (0,))
+    # An int is the user's --block-size; "unset" (BLOCK_SIZE_UNSET) leaves base's.
+    block_size = cell.get("block_size", BLOCK_SIZE_UNSET)
     return dataclasses.replace(
         base,
+        block_size=block_size if isinstance(block_size, int) else base.block_size,
         kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")),
         draft_kv_cache_dtype=None if draft_kv == "target" else draft_kv,
         target_backend=target_backend,

@@ -174,10 +174,12 @@ def load_target(vllm_config: Any) -> nn.Module:
 
 @dataclass(frozen=True)
 class LoadedDraft:
-    """The draft model and the causal flag each layer's metadata gets from its runner."""
+    """The draft model and the causal flag each layer's metadata gets from its runner; for
+    loader v1, the ``DFlashProposer`` that loaded it (its attention groups are its own)."""
 
     model: nn.Module
     causal: tuple[bool, ...]
+    proposer: Any = None
 
 
 class LoaderUnavailable(Exception):
@@ -232,7 +234,7 @@ def load_draft(
         proposer = DFlashProposer(vllm_config, device)
         proposer.load_model(target)
         layers = len(proposer.model.model.layers)
-        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers)
+        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers, proposer)
     raise ValueError(f"unknown loader {loader!r} (valid: {', '.join(LOADERS)})")
 
 
@@ -354,8 +356,9 @@ def _feature_reasons(backend_class: Any, selector: Any) -> list[str]:
 
 
 def settle_kv_cache(vllm_config: Any, layers: list[Any]) -> None:
-    """What the engine decides between loading the model and allocating its KV cache, for a
-    world whose only attention layers are the draft's (the cell's config holds no others):
+    """What the engine decides between loading the model and allocating its KV cache, for the
+    attention layers given (the draft's where the cell's config holds no others; the selection
+    lane passes target and draft layers together):
 
     - the block size, where the user left it to vLLM: the executor calls
       ``current_platform.update_block_size_for_backend`` right after ``load_model``

@@ -204,8 +204,8 @@ def _selection_process(cell: Mapping[str, AxisValue]) -> str:
 SELECTION = Contract(
     name="selection",
     module="harness.lanes.selection",
-    # Of the family's axes: method, head size, the draft's own KV dtype, the target's attention
-    # and the target's model family (what the target decides about its draft); no layer
+    # Of the family's axes: method, head size, the draft's own KV dtype, the target's attention,
+    # model family and --block-size (what the target decides about its draft); no layer
     # layouts (it builds no windowed draft) and no contexts (no kernel runs).
     axes=(
         "capability",
@@ -221,6 +221,7 @@ SELECTION = Contract(
         "target_model",
         "target_dtype",
         "target_head",
+        "block_size",
         "loader",
         "cudagraph",
         "flashinfer_cubin",

@@ -94,6 +94,54 @@ def test_exclusions_remove_exactly_the_matching_cells(tmp_path: Path) -> None:
     ]
 
 
+PRODUCT_MATRIX = """
+[matrix]
+lane = "selection"
+[axes]
+capability = ["9.0"]
+backend = ["auto", "FLASH_ATTN"]
+causal = [false]
+sink = [false]
+[cover]
+target_attention = ["auto", "FLASHINFER"]
+[[product]]
+capability = ["9.0"]
+backend = ["FLASH_ATTN"]
+causal = [false]
+sink = [false]
+target_attention = ["FLASHINFER", "auto"]
+block_size = ["unset", 128]
+"""
+
+
+def test_a_product_block_adds_its_full_product_and_a_row_the_matrix_has_is_that_same_cell(tmp_path: Path) -> None:
+    ids = [cell.id for cell in expand(matrix_from(tmp_path, PRODUCT_MATRIX))]
+    assert ids == [
+        "sm90-auto-noncausal-nosink",
+        "sm90-FLASH_ATTN-noncausal-nosink",
+        "sm90-auto-noncausal-nosink-tgt.FLASHINFER",
+        # The block's rows after the covering's; its unset x auto row is the covering's cell.
+        "sm90-FLASH_ATTN-noncausal-nosink-tgt.FLASHINFER",
+        "sm90-FLASH_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128",
+        "sm90-FLASH_ATTN-noncausal-nosink-bs128",
+    ]
+
+
+def test_an_axis_only_a_product_block_varies_is_left_out_of_the_other_cells(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, PRODUCT_MATRIX)
+    cells = {cell.id: cell for cell in expand(matrix)}
+    assert "block_size" not in cells["sm90-auto-noncausal-nosink"].values
+    assert cells["sm90-FLASH_ATTN-noncausal-nosink-bs128"].values["block_size"] == 128
+    assert dict(matrix.all_axes)["block_size"] == ("unset", 128)
+
+
+def test_exclusions_apply_to_product_blocks(tmp_path: Path) -> None:
+    text = PRODUCT_MATRIX + "\n[[exclude]]\nblock_size = 128\ntarget_attention = 'auto'\n"
+    ids = [cell.id for cell in expand(matrix_from(tmp_path, text))]
+    assert "sm90-FLASH_ATTN-noncausal-nosink-bs128" not in ids
+    assert "sm90-FLASH_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128" in ids
+
+
 def test_tolerance_comes_from_the_cell_dtype(tmp_path: Path) -> None:
     text = BASIC_MATRIX.replace('dtype = ["bfloat16"]', 'dtype = ["bfloat16", "float32"]')
     text = text.replace("bfloat16 = 0.02", "bfloat16 = 0.02\nfloat32 = 1e-5")
@@ -142,6 +190,18 @@ BAD_MATRICES = {
     "bad-timeout": (BASIC_MATRIX.replace("timeout_s = 60", "timeout_s = -1"), ["matrix.timeout_s"]),
     "bad-tolerance": (BASIC_MATRIX.replace("bfloat16 = 0.02", "bfloat16 = 'tight'"), ["tolerance.bfloat16"]),
     "no-matrix-table": ("[axes]\nbackend = ['auto']\n", ["missing [matrix]"]),
+    "unknown-block-size": (
+        BASIC_MATRIX.replace("[axes]\n", "[axes]\nblock_size = [48]\n"),
+        ["axes.block_size", "48 is not a block size", '"unset", 16, 32, 64, 128, 256'],
+    ),
+    "product-block-size": (
+        BASIC_MATRIX + '\n[[product]]\nbackend = "CPU_ATTN"\ncausal = false\nsink = false\nblock_size = [100]\n',
+        ["product[0].block_size", "100 is not a block size"],
+    ),
+    "product-without-an-axis": (
+        BASIC_MATRIX + '\n[[product]]\nbackend = "CPU_ATTN"\ncausal = false\nblock_size = [128]\n',
+        ["product[0].sink", "must be named", "no default"],
+    ),
 }
 
 

@@ -8,7 +8,11 @@ simulated (``harness.cuda.simulated``). Per cell it records
   ValueError's reasons), and the auto-selection answer for the same draft layer;
 * the draft built through vLLM's real loader (Model Runner V2's ``load_dflash_model``, or
   Model Runner V1's ``DFlashProposer``) from a config-only checkpoint with dummy weights on
-  device ``cpu``, and the backend every draft attention layer carries.
+  device ``cpu``, behind the real target built the same way under the same config, and the
+  backend every draft attention layer carries;
+* the KV cache of target and draft laid out by vLLM's engine-core and model-runner functions
+  (``harness.attention.kv_cache``): the groups, each group's kernel block size as the runner
+  and as the speculator compute it, and the view each draft layer is bound to.
 
 No kernel runs here: the lane proves selection and wiring (does the request reach the
 draft's layers, and what does the platform choose), never that a kernel computes correctly

@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.attention import audit
+from harness.attention import audit, kv_cache
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.cell import draft_spec, engine_settings
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth
 from harness.attention.draft import EngineSettings, engine_config
+from harness.attention.kv_cache import KvCacheLayout
 from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
@@ -57,12 +58,16 @@ class ConfigCheckpoints:
 
 @dataclass(frozen=True)
 class BuiltDraft:
-    """The attention layers of a draft vLLM built: names, backends, impls and audited settings."""
+    """The attention layers of a draft vLLM built: names, backends, impls and audited settings;
+    and the KV cache vLLM lays out for target and draft layers together, or why this release
+    cannot be asked (``kv_cache_missing``)."""
 
     names: tuple[str, ...]
     backends: tuple[str, ...]
     impls: tuple[str, ...]
     settings: tuple[dict[str, Any], ...]
+    kv_cache: KvCacheLayout | None
+    kv_cache_missing: str | None = None
 
 
 class _V1Refusal(Exception):
@@ -99,7 +104,6 @@ class ProcessState:
         self._workdir = tempfile.TemporaryDirectory(prefix="dflash-selection-")
         self.checkpoints = ConfigCheckpoints(Path(self._workdir.name), options.head_dim)
         self._distributed = False
-        self._target_module: Any = None
         self._flashinfer_host_ready = False
         self.enum_census = census(self.apis.enum)
         self.not_in_matrix = not_in_matrix(self.enum_census, matrix_backends)
@@ -185,6 +189,12 @@ class ProcessState:
         spec, _ = draft_spec(cell)
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
+        if layers.kv_cache is None:
+            details["kv_cache"] = f"not laid out: {layers.kv_cache_missing}"
+        else:
+            details["kv_cache"] = layers.kv_cache.details()
+            # The draft's metadata built for another block size than the cache it is bound to.
+            lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
         if lost:
             return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         if rejection is not None:
@@ -266,7 +276,13 @@ class ProcessState:
         """Build the draft through vLLM's real loader, as the cpu and gpu lanes do
         (``harness.attention.draft``), on device cpu, and read every attention layer it carries:
         its backend, impl and the settings the audit compares (``harness.attention.audit``)."""
-        from harness.attention.draft import LoaderUnavailable, init_single_process_group, load_draft, v1_refusal
+        from harness.attention.draft import (
+            LoaderUnavailable,
+            init_single_process_group,
+            load_draft,
+            load_target,
+            v1_refusal,
+        )
 
         apis = self.apis
         # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
@@ -280,8 +296,12 @@ class ProcessState:
                 init_single_process_group(self.checkpoints.root, "gloo")
                 self._distributed = True
             method = str(cell.get("method", "dflash"))
+            # The real target, built first under the cell's config as the engine builds it, so
+            # its attention layers share the draft's KV-cache manager (kv_cache.lay_out).
+            target = load_target(config)
+            target_layers = tuple(kv_cache.attention_layers(config))
             try:
-                loaded = load_draft(loader, self._target(), config, apis.torch.device("cpu"), method)
+                loaded = load_draft(loader, target, config, apis.torch.device("cpu"), method)
             except LoaderUnavailable as why:
                 raise ApiUnavailable(f"this vLLM release has {why}") from None
             modules = [
@@ -294,12 +314,53 @@ class ProcessState:
             settings = tuple(
                 audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
+            missing = kv_cache.missing_api()
+            layout = None
+            if missing is None:
+                try:
+                    layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+                except ValueError as error:
+                    # vLLM's own refusal of the layout (select_common_block_size finding no kernel
+                    # block for a group, ...): named, not yet judged. Whether an engine reaches it
+                    # with this config (update_block_size_for_backend may size the block first)
+                    # is open: docs/explanation/target-draft-seam.md, 2.4.
+                    missing = f"vLLM refused the layout: {one_line(error, 300)}"
+                except RuntimeError as error:
+                    if NO_DRIVER not in str(error):
+                        raise
+                    # A metadata builder that asks the physical device (TRITON_ATTN's on SM120
+                    # asks its SM count): a host limit, not a fact about the draft.
+                    missing = f"a metadata builder asks the physical device ({one_line(error, 200)})"
         return BuiltDraft(
             names=tuple(name for name, _ in modules),
             backends=tuple(module.get_attn_backend().get_name() for _, module in modules),
             impls=tuple(type(getattr(module, "impl", None)).__name__ for _, module in modules),
             settings=settings,
+            kv_cache=layout,
+            kv_cache_missing=missing,
         )
+
+    def lay_out_kv_cache(
+        self, cell: Cell, loader: str, config: Any, target_layers: tuple[str, ...], loaded: Any
+    ) -> KvCacheLayout:
+        """The KV cache of the cell's target and draft as Model Runner V2 and its speculator lay
+        it out (``harness.attention.kv_cache``), after the engine has settled the block size and
+        layout over every layer. Runs under the cell's config."""
+        from harness.attention.draft import draft_attention_config, settle_kv_cache
+
+        device = self.apis.torch.device("cpu")
+        if loader == "v1":
+            # DFlashProposer.load_model marked its draft layers itself.
+            draft_layers = set(kv_cache.attention_layers(config)) - set(target_layers)
+            speculator = kv_cache.v1_proposer(loaded.proposer)
+        else:
+            draft_layers = kv_cache.mark_draft_layers(config, target_layers)
+            spec, _ = draft_spec(cell)
+            truth = self.checkpoints.draft(spec, self.head_size(cell))
+            attention = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
+            speculator = kv_cache.v2_speculator(attention, draft_layers, device)
+        settle_kv_cache(config, list(kv_cache.attention_layers(config).values()))
+        return kv_cache.lay_out(config, draft_layers, device, speculator)
 
     def engine_config(self, cell: Cell) -> Any:
         """A fresh VllmConfig per draft (``harness.attention.draft.engine_config``, as the cpu and
@@ -314,19 +375,6 @@ class ProcessState:
             str(SELECTION.value(cell.values, "target_model")), dtype, str(SELECTION.value(cell.values, "target_head"))
         )
         return engine_config(target, truth.path, cell.requested_backend, dtype, engine_settings(cell, base))
-
-    def _target(self) -> Any:
-        """What the loaders read from the target: the embedding and LM head the draft shares.
-        The draft's backend never depends on the target's weights, so one target serves all."""
-        if self._target_module is None:
-            nn = self.apis.torch.nn
-            target = nn.Module()
-            target.model = nn.Module()
-            shape = self.checkpoints.shape
-            target.model.embed_tokens = nn.Embedding(shape.vocab, shape.hidden)
-            target.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
-            self._target_module = target
-        return self._target_module
 
     def _allow_flashinfer_on_host(self) -> None:
         if not self._flashinfer_host_ready:

@@ -1,0 +1,75 @@
+"""The KV-cache layout check has teeth: a Model Runner V2 speculator that builds the draft's
+metadata for another kernel block size than the runner laid its cache out in is wrong-setting
+(kernel_block_size, naming layer and both values) in exactly the cells whose --block-size is
+not the one it assumes, and nowhere else: not with --block-size unset, not on loader v1 (whose
+proposer takes the runner's kernel block sizes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.axes import BLOCK_SIZE_UNSET
+from harness.matrix import expand, load_matrix
+from harness.runner.session import run_matrix
+from harness.verdict import Verdict
+
+from . import seam_plants
+
+pytestmark = pytest.mark.vllm
+
+MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
+
+
+def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_the_block_size_is_set() -> None:
+    cells = [
+        c
+        for c in expand(load_matrix(MATRIX))
+        if c.values["capability"] == "9.0"
+        and c.values["backend"] in ("TRITON_ATTN", "FLASHINFER")
+        and c.values["target_attention"] in ("FLASHINFER", "auto")
+        and (c.get("block_size") is not None or c.values["target_attention"] == "FLASHINFER")
+        and not c.values["causal"]
+        and not c.values["sink"]
+        and c.values["flashinfer_cubin"]
+        and c.values["target_model"] == "qwen3"
+        and c.values["method"] == "dflash"
+    ]
+    results = run_matrix(
+        MATRIX, plants=[f"{seam_plants.__name__}:speculator_on_default_blocks"], cell_ids=[c.id for c in cells]
+    )
+    assert len(results) == len(cells)
+    set_on_v2 = {
+        r.id
+        for r in results
+        if r.axes["loader"] == "v2"
+        and r.axes.get("block_size", BLOCK_SIZE_UNSET) != seam_plants.DEFAULT_BLOCK
+        and r.axes.get("block_size", BLOCK_SIZE_UNSET) != BLOCK_SIZE_UNSET
+    }
+    assert set_on_v2, "no cell with a --block-size other than the plant's on loader v2"
+    for result in results:
+        if result.id in set_on_v2:
+            assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+            assert "kernel_block_size is 16 in the speculator's metadata builder" in result.message, result.message
+        else:
+            assert result.verdict == result.expected, (result.id, result.verdict, result.message)
+
+
+def test_a_speculator_on_the_runners_kernel_blocks_passes_where_vllm_033_disagrees() -> None:
+    cells = [
+        c
+        for c in expand(load_matrix(MATRIX))
+        if c.values["capability"] == "9.0"
+        and c.values["backend"] == "TRITON_ATTN"
+        and c.values["target_attention"] == "FLASHINFER"
+        and c.get("block_size") in (64, 128, 256)
+        and c.values["loader"] == "v2"
+    ]
+    results = run_matrix(
+        MATRIX, plants=[f"{seam_plants.__name__}:speculator_on_runner_blocks"], cell_ids=[c.id for c in cells]
+    )
+    assert {r.axes["block_size"] for r in results} == {64, 128, 256}
+    for result in results:
+        # The 128 and 256 cells are expected wrong-setting (kernel_block_size) on vLLM 0.33.0.
+        assert result.verdict == Verdict.PASS, (result.id, result.verdict, result.message)
