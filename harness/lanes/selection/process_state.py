@@ -74,6 +74,11 @@ class _V1Refusal(Exception):
     """Model Runner V1 refuses this draft config (dspark, DFlash2 candidate heads, ...)."""
 
 
+class _TargetNotBuilt(Exception):
+    """The target itself failed to build under the cell's config (``__cause__`` is vLLM's error):
+    the engine stops there, before any draft layer exists, so it is never read as the draft's."""
+
+
 def _failure(stage: Stage, error: BaseException) -> Failure:
     return Failure.of(stage, error, limit=600)
 
@@ -158,6 +163,14 @@ class ProcessState:
         except ApiUnavailable as why:
             details["draft"] = f"not built: {why}"
             return seen(platform_choice=platform_choice, unavailable=str(why))
+        except _TargetNotBuilt as stop:
+            cause = stop.__cause__ or stop
+            details["draft"] = f"not built: the target failed first: {one_line(cause, 300)}"
+            if isinstance(cause, ValueError) and SELECTED.search(str(cause)):
+                # The selector refused the target's own backend for this config: vLLM refuses the
+                # deployment as a whole, a refusal (unsupported) whatever the draft asked.
+                return seen(platform_choice=platform_choice, rejection=(one_line(cause, 600),))
+            return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, cause))
         except ValueError as error:
             if rejection is not None:
                 # The loader refused the request with a configuration error, as the platform did.
@@ -298,7 +311,12 @@ class ProcessState:
             method = str(cell.get("method", "dflash"))
             # The real target, built first under the cell's config as the engine builds it, so
             # its attention layers share the draft's KV-cache manager (kv_cache.lay_out).
-            target = load_target(config)
+            try:
+                target = load_target(config)
+            except Exception as error:
+                if NO_DRIVER in str(error):
+                    raise
+                raise _TargetNotBuilt(str(error)) from error
             target_layers = tuple(kv_cache.attention_layers(config))
             try:
                 loaded = load_draft(loader, target, config, apis.torch.device("cpu"), method)
