@@ -88,12 +88,15 @@ def test_the_script_is_written_for_the_first_of_a_findings_cells_repro_can_build
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     dspark = (
-        "sm80-auto-dspark-causal-sink-hd256-kv-fp8_e5m2-dkv-fp8-tgtkind.FLASHINFER-tgtdt.fp32-tgthead.gemma3-v2-cubin"
+        "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-tgthead.gemma3-v2-cubin"
     )
     dflash = "sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-kv-fp8-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin"
     records = []
-    for ident, asked in ((dspark, None), (dflash, "TRITON_ATTN_DIFFKV")):
-        seen = Observation(asked, platform_choice=asked or "TRITON_ATTN", observed_backends=("FLASHINFER",))
+    for ident, asked, carried in (
+        (dspark, "FLASH_ATTN_DIFFKV", "TRITON_ATTN"),
+        (dflash, "TRITON_ATTN_DIFFKV", "FLASHINFER"),
+    ):
+        seen = Observation(asked, platform_choice=asked, observed_backends=(carried,))
         records.append({**decide(cells[ident], seen, expectations.for_cell(cells[ident])).to_json(), "run": "s"})
     assert [record["finding"]["id"] for record in records] == ["target-per-kind-backend-overrides-draft"] * 2
     report = tmp_path / "report"
