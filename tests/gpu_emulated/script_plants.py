@@ -10,10 +10,9 @@ right after the script's own import first executes it, as ``selection_lane.pre_f
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
-import sys
 from typing import Any
+
+from selection_lane.on_import import after_import
 
 TRITON_ATTN = "vllm.v1.attention.backends.triton_attn"
 # The planted softmax-scale error: 2%, as issue 25's measure of what an fp8 tolerance must catch.
@@ -39,22 +38,5 @@ def scale_softmax_in_triton_forward(module: Any) -> None:
     impl.forward = planted
 
 
-class _PlantOnImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != TRITON_ATTN:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.loader is not None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_plant(module: Any) -> None:
-            exec_module(module)
-            scale_softmax_in_triton_forward(module)
-
-        spec.loader.exec_module = exec_and_plant  # type: ignore[method-assign]
-        return spec
-
-
 def plant_on_import() -> None:
-    sys.meta_path.insert(0, _PlantOnImport())
+    after_import(TRITON_ATTN, scale_softmax_in_triton_forward)

@@ -9,14 +9,14 @@ repro script), which must import vLLM only after their own platform set-up.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.metadata
 import importlib.util
 import inspect
-import sys
 from typing import Any
 
 from packaging.version import Version
+
+from .on_import import after_import
 
 FIX_LINE = "backend=speculative_config.attention_backend,"
 MODULE = "vllm.v1.worker.gpu.spec_decode.dflash.utils"
@@ -55,24 +55,5 @@ def install_pre_fix_loader() -> None:
     rebuild_without(loader_module, "load_dflash_model", FIX_LINE)
 
 
-class _PlantOnImport(importlib.abc.MetaPathFinder):
-    """Installs the pre-fix loader right after the loader module first executes."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.loader is not None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_plant(module: Any) -> None:
-            exec_module(module)
-            install_pre_fix_loader()
-
-        spec.loader.exec_module = exec_and_plant  # type: ignore[method-assign]
-        return spec
-
-
 def plant_on_import() -> None:
-    sys.meta_path.insert(0, _PlantOnImport())
+    after_import(MODULE, lambda module: install_pre_fix_loader())

@@ -12,10 +12,10 @@ script sets up its simulated platform before it imports vLLM (as ``pre_fix.plant
 from __future__ import annotations
 
 import copy
-import importlib.abc
-import importlib.util
 import sys
 from typing import Any
+
+from .on_import import after_import
 
 MODULE = "vllm.model_executor.layers.attention.attention"
 DRAFT_MODULE = "vllm.model_executor.models.qwen3_dflash"
@@ -48,22 +48,5 @@ def fix_seam(attention: Any) -> None:
     attention.Attention.__init__ = __init__
 
 
-class _FixOnImport(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.loader is not None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_fix(module: Any) -> None:
-            exec_module(module)
-            fix_seam(module)
-
-        spec.loader.exec_module = exec_and_fix  # type: ignore[method-assign]
-        return spec
-
-
 def fix_on_import() -> None:
-    sys.meta_path.insert(0, _FixOnImport())
+    after_import(MODULE, fix_seam)
