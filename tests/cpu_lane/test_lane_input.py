@@ -57,9 +57,10 @@ def test_shipped_matrix_is_whole():
     matrix = load_matrix(MATRIX)
     cells = expand(matrix)
     # backend 4 x causal 2 x sink 2 x window 3 x dtype 3 x loader 2 on the qwen3 target, the
-    # mistral_swa target on backend 4 x causal 2 x sink 2 x loader 2 (full bf16 drafts), then 25
-    # cells covering the family's axes pairwise
-    assert len(cells) == 288 + 32 + 25
+    # mistral_swa target on backend 4 x causal 2 x sink 2 x loader 2 (full bf16 drafts), then 29
+    # cells covering the family's axes pairwise (4 of them for the draft's fp8 KV cache)
+    assert len(cells) == 288 + 32 + 29
+    assert sum(cell.get("draft_kv_cache_dtype") == "fp8" for cell in cells) == 4
     assert {cell.tolerance for cell in cells} == {matrix.tolerance_for(d) for d in ("bfloat16", "float16", "float32")}
     assert None not in {cell.tolerance for cell in cells}
     expectations = expectations_for(matrix)
