@@ -39,6 +39,9 @@ class EmulatedHost:
     # The simulated CUDA platform puts the model on "cuda"; here it lives on the CPU, as in the
     # selection lane.
     model_device: str | None = "cpu"
+    # The draft's KV cache laid out by vLLM's engine-core, runner and speculator functions, on
+    # the CPU (a real allocation, sized for the cell's batches): target-draft-seam.md, 2.4.
+    lays_out_kv_cache = True
 
     def __init__(self, options: GpuEmulatedOptions, capabilities: tuple[str, ...]):
         self.options = options
