@@ -494,10 +494,10 @@ def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observati
     batches = plan.forward.batches(Batch(context_lens=plan.context_lens, query_len=plan.query_len))
     kv = built.kv_cache_dtype if built.kv_cache_dtype != "auto" else cell.kv_cache_dtype
     bound: dict[str, Any] = {}
-    lost: tuple[str, ...] = ()
+    kernel_blocks: tuple[str, ...] = ()
     if built.target_layers is not None:
-        bound, lost = bind_kv_cache(cell, built, attention_config, batches, plan)
-    return Ready(attention_config, batches, kv_reference_dtype(kv), bound, lost)
+        bound, kernel_blocks = bind_kv_cache(cell, built, attention_config, batches, plan)
+    return Ready(attention_config, batches, kv_reference_dtype(kv), bound, kernel_blocks)
 
 
 def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: CellPlan, stages: StageLog) -> LayerRun:
