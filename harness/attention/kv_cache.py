@@ -224,13 +224,16 @@ class BoundCache:
 
 
 def budget_bytes(vllm_config: Any, blocks: int) -> int:
-    """A KV-cache budget that gives every layer ``blocks`` blocks of the settled block size
-    (twice over: the planner may pack or pad pages), for a kernel lane whose batches need more
-    than ``KV_CACHE_BUDGET_BYTES`` holds. The caller holds ``set_current_vllm_config``."""
+    """A KV-cache budget for a kernel lane: ``blocks`` blocks of the settled block size for every
+    layer (a hybrid layout's planner gives each tensor more, its groups sharing them), no more.
+    Not ``KV_CACHE_BUDGET_BYTES``: FlexAttention's block mask covers at most its query block times
+    ``max_model_len`` tokens, and a larger pool makes Inductor refuse the mask in the hybrid
+    FlexAttention cells (target-draft-seam.md, 2.4, open). The caller holds
+    ``set_current_vllm_config``."""
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
     pages = sum(int(spec.page_size_bytes) for spec in get_kv_cache_spec(vllm_config).values())
-    return max(KV_CACHE_BUDGET_BYTES, 2 * pages * blocks)
+    return pages * blocks
 
 
 def lay_out(
