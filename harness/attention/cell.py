@@ -71,8 +71,11 @@ class LayerForward(Protocol):
         runs: Sequence[tuple[Batch, Inputs]],
         causal: bool,
         stage_log: StageLog,
+        bound: Any = None,
     ) -> list[torch.Tensor]:
-        """The layer's output for each (batch, inputs); logs METADATA then FORWARD."""
+        """The layer's output for each (batch, inputs); logs METADATA then FORWARD. ``bound``
+        (``harness.attention.kv_cache.BoundCache``): the cache vLLM laid out for the layer,
+        run against instead of one of the harness's own."""
         ...
 
 
@@ -88,6 +91,11 @@ class CellPlan:
     unmodelled_fp8_tolerance: the one a layer with an fp8 KV cache is held to instead where the
                    reference does not model its kernel's fp8 arithmetic (``FP8_MODELLED``);
                    None: the cell's tolerance still.
+    kv_cache_through_vllm: build the target under the cell's config too and lay the draft's KV
+                   cache out with vLLM's own engine-core, runner and speculator functions
+                   (``harness.attention.kv_cache.bind``); each draft layer then runs against the
+                   view vLLM bound to it, its metadata from the speculator's builder. False: the
+                   harness's own cache per layer (``harness.attention.paged``).
     """
 
     device: torch.device
@@ -100,6 +108,7 @@ class CellPlan:
     tolerance: float | None
     graph_tokens: int | None = None
     unmodelled_fp8_tolerance: float | None = None
+    kv_cache_through_vllm: bool = False
 
 
 class EagerForward:
@@ -122,10 +131,11 @@ class EagerForward:
         runs: Sequence[tuple[Batch, Inputs]],
         causal: bool,
         stage_log: StageLog,
+        bound: Any = None,
     ) -> list[torch.Tensor]:
         from harness.attention.paged import run_eager
 
-        outputs = [run_eager(attn, attention_config, b, i, causal, self.device, stage_log) for b, i in runs]
+        outputs = [run_eager(attn, attention_config, b, i, causal, self.device, stage_log, bound) for b, i in runs]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return outputs
@@ -250,6 +260,9 @@ class Built:
     layers: list[Any]
     kv_cache_dtype: str  # the draft's own, as the speculative config resolves it
     base: Observation  # the cell's observation up to here: backends and claim
+    # The attention layers of the target built under the cell's config (``layout_target``);
+    # None: the lane lays out no KV cache through vLLM.
+    target_layers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +270,12 @@ class Ready:
     attention_config: Any  # the config the draft's metadata builders get
     batches: tuple[Batch, ...]
     kv_rounding: torch.dtype | None  # what the reference rounds K and V through
+    # Per draft layer, the cache vLLM laid out for it (harness.attention.kv_cache.BoundCache);
+    # empty: the harness's own (paged.py).
+    bound: dict[str, Any] = field(default_factory=dict)
+    # The draft layers whose metadata is built for another kernel block size than the cache
+    # they are bound to (kv_cache.disagreements): wrong-setting, with the numbers still run.
+    kv_cache_lost: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -393,12 +412,72 @@ def audit_layers(cell: Configured, built: Built, plan: CellPlan) -> Observation 
     return dataclasses.replace(built.base, lost_settings=tuple(str(difference) for difference in found))
 
 
-def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observation:
-    """The draft's KV cache settled as the engine settles it, and vLLM's own answer on whether
-    it would run these layers this way. Runs under the cell's config."""
-    from harness.attention import draft as vllm_draft
+def layout_target(cell: Configured) -> tuple[str, ...] | str:
+    """The target built under the cell's config, as the engine builds it before the draft, so
+    that its attention layers share the draft's KV-cache manager (``kv_cache.bind``): the names
+    of its attention layers, or why it did not build (the cell then keeps the harness's own
+    cache). Its weights are the checkpoint's; only its layers' registration is used."""
+    from harness.attention import kv_cache
+    from harness.attention.draft import load_target
 
-    vllm_draft.settle_kv_cache(cell.config, built.layers)
+    try:
+        load_target(cell.config)
+    except Exception as error:  # whatever vLLM raised: named in the details, the verdict untouched
+        return f"the target did not build under the cell's config: {one_line(f'{type(error).__name__}: {error}', 300)}"
+    return tuple(kv_cache.attention_layers(cell.config))
+
+
+def bind_kv_cache(
+    cell: Configured, built: Built, attention_config: Any, batches: Sequence[Batch], plan: CellPlan
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The KV cache of the cell's target and draft laid out by vLLM (``kv_cache.bind``, with the
+    V2 speculator's or V1 proposer's attention groups, as the selection lane lays it out), sized
+    for the cell's batches: each draft layer's bound cache, and the kernel-block disagreements.
+    Where vLLM refuses the layout, the cell keeps the harness's own cache and says why in
+    ``details["kv_cache"]``. Runs under the cell's config, after ``settle_kv_cache``."""
+    from harness.attention import kv_cache
+    from harness.attention.paged import blocks_needed
+
+    assert built.target_layers is not None
+    if (missing := kv_cache.missing_api()) is not None:
+        cell.details["kv_cache"] = f"not laid out: {missing}; the draft's cache is the harness's own"
+        return {}, ()
+    config = cell.config
+    if cell.loader == "v1":
+        # DFlashProposer.load_model marked its draft layers itself.
+        draft_layers = set(kv_cache.attention_layers(config)) - set(built.target_layers)
+        speculator = kv_cache.v1_proposer(built.draft.proposer)
+    else:
+        draft_layers = kv_cache.mark_draft_layers(config, built.target_layers)
+        speculator = kv_cache.v2_speculator(attention_config, draft_layers, plan.device)
+    block = int(config.cache_config.block_size)
+    # Every batch its own blocks (a graph replays batches loaded side by side), block 0 the
+    # null block, and one request of max_model_len (the planner checks the pool holds one).
+    blocks = 1 + max(sum(blocks_needed(b, block) for b in batches), -(-config.model_config.max_model_len // block))
+    try:
+        layout, bound = kv_cache.bind(
+            config, draft_layers, plan.device, speculator, kv_cache.budget_bytes(config, blocks)
+        )
+    except ValueError as error:
+        # vLLM's own refusal of the layout (as in the selection lane: target-draft-seam.md, 2.4).
+        cell.details["kv_cache"] = (
+            f"not laid out: vLLM refused the layout: {one_line(error, 300)}; the draft's cache is the harness's own"
+        )
+        return {}, ()
+    cell.details["kv_cache"] = layout.details()
+    return bound, tuple(str(found) for found in kv_cache.disagreements(layout))
+
+
+def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observation:
+    """The draft's KV cache settled as the engine settles it (over target and draft layers where
+    the target was built under the cell's config), and vLLM's own answer on whether it would run
+    these layers this way; then, where the lane asks, the cache laid out by vLLM
+    (``bind_kv_cache``). Runs under the cell's config."""
+    from harness.attention import draft as vllm_draft
+    from harness.attention import kv_cache
+
+    every_layer = built.layers if built.target_layers is None else list(kv_cache.attention_layers(cell.config).values())
+    vllm_draft.settle_kv_cache(cell.config, every_layer)
     if (lost := audit_layers(cell, built, plan)) is not None:
         return lost
     attention_config = vllm_draft.draft_attention_config(cell.config, cell.truth.any_non_causal, cell.requested)
@@ -414,7 +493,11 @@ def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observati
         )
     batches = plan.forward.batches(Batch(context_lens=plan.context_lens, query_len=plan.query_len))
     kv = built.kv_cache_dtype if built.kv_cache_dtype != "auto" else cell.kv_cache_dtype
-    return Ready(attention_config, batches, kv_reference_dtype(kv))
+    bound: dict[str, Any] = {}
+    kernel_blocks: tuple[str, ...] = ()
+    if built.target_layers is not None:
+        bound, kernel_blocks = bind_kv_cache(cell, built, attention_config, batches, plan)
+    return Ready(attention_config, batches, kv_reference_dtype(kv), bound, kernel_blocks)
 
 
 def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: CellPlan, stages: StageLog) -> LayerRun:
@@ -427,7 +510,10 @@ def run_layer(index: int, cell: Configured, built: Built, ready: Ready, plan: Ce
         for k, b in enumerate(ready.batches)
     ]
     attn = built.layers[index]
-    return LayerRun(runs, plan.forward.run(attn, ready.attention_config, runs, built.draft.causal[index], stages))
+    bound = ready.bound.get(attn.layer_name)
+    return LayerRun(
+        runs, plan.forward.run(attn, ready.attention_config, runs, built.draft.causal[index], stages, bound)
+    )
 
 
 def _rounded(
@@ -579,14 +665,25 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
     stages(Stage.BUILD)
     target = target_model(configured, plan, workspace)
     laps("target")
+    target_layers: tuple[str, ...] | None = None
+    if plan.kv_cache_through_vllm:
+        with set_current_vllm_config(configured.config):
+            built_target = layout_target(configured)
+        laps("layout_target")
+        if isinstance(built_target, str):
+            configured.details["kv_cache"] = f"not laid out: {built_target}; the draft's cache is the harness's own"
+        else:
+            target_layers = built_target
     with set_current_vllm_config(configured.config):
         built = build(configured, selected, target, plan)
         if isinstance(built, Observation):
             return built
+        built = dataclasses.replace(built, target_layers=target_layers)
         laps("draft")
         ready = prepare(configured, built, plan)
         if isinstance(ready, Observation):
             return ready
+        laps("kv_cache")
         runs, records = [], []
         for index in range(len(built.layers)):
             runs.append(run_layer(index, configured, built, ready, plan, stages))
@@ -608,6 +705,12 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
     tolerance = plan.tolerance
     if plan.unmodelled_fp8_tolerance is not None and any(record["fp8_unmodelled"] for record in records):
         tolerance = max(tolerance or 0.0, plan.unmodelled_fp8_tolerance)
+    # A kernel-block disagreement is wrong-setting (kernel_block_size, as in the selection lane);
+    # the layers still ran against vLLM's layout, so their errors show what the draft reads.
     return dataclasses.replace(
-        built.base, max_abs_err=worst, tolerance=tolerance, loader_differential=loader_differential
+        built.base,
+        max_abs_err=worst,
+        tolerance=tolerance,
+        loader_differential=loader_differential,
+        lost_settings=ready.kv_cache_lost or built.base.lost_settings,
     )

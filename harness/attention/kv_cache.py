@@ -23,8 +23,9 @@ target and draft, with a small KV-cache budget on the model's device:
    which binds a cache view to every layer (V1's ``initialize_kv_cache_tensors`` calls the same
    ``allocate_kv_cache`` and ``map_kv_caches_to_kernel_blocks``).
 
-``lay_out`` reads the result into plain data; ``disagreements`` is pure; ``missing_api`` says
-why a release cannot be asked. Imports vLLM lazily; only a lane's cell process calls them.
+``lay_out`` reads the result into plain data; ``bind`` also hands a kernel lane each draft
+layer's bound view and speculator group (``BoundCache``); ``disagreements`` is pure;
+``missing_api`` says why a release cannot be asked. Imports vLLM lazily; only a lane's cell process calls them.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def missing_api() -> str | None:
     return None
 
 
-def _kv_cache_config(vllm_config: Any, specs: list[dict[str, Any]]) -> Any:
+def _kv_cache_config(vllm_config: Any, specs: list[dict[str, Any]], budget: int) -> Any:
     """The engine core's KV-cache config for one worker (``EngineCore._initialize_kv_caches``)."""
     try:
         from vllm.v1.core.kv_cache_planning import get_global_kv_cache_groups, get_kv_cache_configs
@@ -199,18 +200,69 @@ def _kv_cache_config(vllm_config: Any, specs: list[dict[str, Any]]) -> Any:
         # Before 0.33.0 the planning lived in kv_cache_utils and grouped the layers itself.
         from vllm.v1.core.kv_cache_utils import get_kv_cache_configs as configs_grouped_inside
 
-        return configs_grouped_inside(vllm_config, specs, [KV_CACHE_BUDGET_BYTES])[0]
+        return configs_grouped_inside(vllm_config, specs, [budget])[0]
     groups = get_global_kv_cache_groups(vllm_config, specs)
-    return get_kv_cache_configs(vllm_config, specs, [KV_CACHE_BUDGET_BYTES], groups)[0]
+    return get_kv_cache_configs(vllm_config, specs, [budget], groups)[0]
 
 
-def lay_out(vllm_config: Any, draft_layers: set[str], device: Any, speculator: SpeculatorGroups) -> KvCacheLayout:
+@dataclass(frozen=True)
+class BoundCache:
+    """What a kernel lane runs one draft layer against once vLLM laid the cache out (``bind``):
+    the view ``init_kv_cache`` bound to the layer and the speculator's attention group holding
+    it, whose builder makes the layer's metadata (``AttentionGroup.build_metadata``, which maps
+    block tables to kernel blocks where the group was split, as the speculator's
+    ``build_attn_metadata`` does). Block tables and slot mappings are in the KV-cache manager's
+    blocks of ``block_size`` tokens, as Model Runner V2's ``BlockTables`` holds them (its
+    ``block_sizes`` are the groups' spec block sizes); ``num_blocks`` of them, block 0 the null
+    block."""
+
+    layer: str
+    view: Any  # torch.Tensor
+    group: Any  # the speculator's (V2) or proposer's (V1) AttentionGroup
+    block_size: int
+    num_blocks: int
+
+
+def budget_bytes(vllm_config: Any, blocks: int) -> int:
+    """A KV-cache budget for a kernel lane: ``blocks`` blocks of the settled block size for every
+    layer (a hybrid layout's planner gives each tensor more, its groups sharing them), no more.
+    Not ``KV_CACHE_BUDGET_BYTES``: FlexAttention's block mask covers at most its query block times
+    ``max_model_len`` tokens, and a larger pool makes Inductor refuse the mask in the hybrid
+    FlexAttention cells (target-draft-seam.md, 2.4, open). The caller holds
+    ``set_current_vllm_config``."""
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    pages = sum(int(spec.page_size_bytes) for spec in get_kv_cache_spec(vllm_config).values())
+    return pages * blocks
+
+
+def lay_out(
+    vllm_config: Any,
+    draft_layers: set[str],
+    device: Any,
+    speculator: SpeculatorGroups,
+    budget: int = KV_CACHE_BUDGET_BYTES,
+) -> KvCacheLayout:
     """Steps 1-3 of the module docstring. The caller holds ``set_current_vllm_config(vllm_config)``
     and has settled the block size and layout (``harness.attention.draft.settle_kv_cache``, over
     every layer)."""
+    return bind(vllm_config, draft_layers, device, speculator, budget)[0]
+
+
+def bind(
+    vllm_config: Any,
+    draft_layers: set[str],
+    device: Any,
+    speculator: SpeculatorGroups,
+    budget: int = KV_CACHE_BUDGET_BYTES,
+) -> tuple[KvCacheLayout, dict[str, BoundCache]]:
+    """``lay_out``, and for each draft layer what a kernel lane runs it against (``BoundCache``)."""
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, init_attn_backend, init_kv_cache
 
-    kv_cache_config = _kv_cache_config(vllm_config, [get_kv_cache_spec(vllm_config)])
+    kv_cache_config = _kv_cache_config(vllm_config, [get_kv_cache_spec(vllm_config)], budget)
+    # The engine core records the pool's size before the workers build their metadata builders
+    # (EngineCore._initialize_kv_caches); FlexAttention's builder sizes its block masks from it.
+    vllm_config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks
     runner_groups, _, runner_blocks = init_attn_backend(
         kv_cache_config, vllm_config, device, draft_layer_names=draft_layers
     )
@@ -225,7 +277,7 @@ def lay_out(vllm_config: Any, draft_layers: set[str], device: Any, speculator: S
         attn_groups=runner + drafts,
     )
     layers = attention_layers(vllm_config)
-    return KvCacheLayout(
+    layout = KvCacheLayout(
         groups=tuple(
             GroupLayout(
                 group=gid,
@@ -239,6 +291,17 @@ def lay_out(vllm_config: Any, draft_layers: set[str], device: Any, speculator: S
         ),
         drafts=tuple(_binding(name, runner, drafts, layers[name].kv_cache) for name in sorted(draft_layers)),
     )
+    bound = {}
+    for name in draft_layers:
+        group = _group_of(name, drafts)
+        bound[name] = BoundCache(
+            layer=name,
+            view=layers[name].kv_cache,
+            group=group,
+            block_size=int(kv_cache_config.kv_cache_groups[group.kv_cache_group_id].kv_cache_spec.block_size),
+            num_blocks=int(kv_cache_config.num_blocks),
+        )
+    return layout, bound
 
 
 def _spec_name(spec: Any, layers: Sequence[str]) -> str:

@@ -213,6 +213,21 @@ def blocks_needed(batch: Batch, block_size: int) -> int:
     return sum(-(-s // block_size) for s in batch.seq_lens)
 
 
+class GroupBuilder:
+    """The metadata builder of an attention group vLLM formed (``kv_cache.BoundCache.group``),
+    called as the speculator calls it: through the group, which maps the manager's block table
+    to kernel blocks where the group was split (``AttentionGroup._with_kernel_block_table``)."""
+
+    def __init__(self, group: Any):
+        self.group = group
+
+    def build(self, common_prefix_len: int, common_attn_metadata: Any) -> Any:
+        return self.group.build_metadata(common_attn_metadata, common_prefix_len=common_prefix_len)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: Any) -> Any:
+        return self.group.build_metadata_for_cudagraph_capture(common_attn_metadata)
+
+
 def allocate_layer(
     attn: Any,
     vllm_config: Any,
@@ -222,17 +237,31 @@ def allocate_layer(
     max_seq_len: int,
     dtype: torch.dtype,
     device: torch.device,
+    bound: Any = None,
 ) -> LayerBuffers:
     """A layer's persistent buffers and its metadata builder, built before the first cache
     write as the runner does (CPU_ATTN's builder hands the layer the ISA its cache write
-    uses). The caller holds ``set_current_vllm_config`` for the config the layer was built under."""
-    backend = attn.get_attn_backend()
+    uses). The caller holds ``set_current_vllm_config`` for the config the layer was built under.
+
+    ``bound`` (``harness.attention.kv_cache.BoundCache``): the cache vLLM laid out for the layer;
+    the buffers then use its view, its group's builder and the manager's block size instead of
+    a cache and a builder of their own (``num_blocks`` must fit in it)."""
     spec = attn.get_kv_cache_spec(vllm_config)
-    block_size = spec.block_size
-    # The engine records the cache it allocated here; some builders (FlexAttention) size
-    # their block masks from it.
-    vllm_config.cache_config.num_gpu_blocks = num_blocks
-    builder = backend.get_builder_cls()(spec, [attn.layer_name], vllm_config, device)
+    if bound is not None:
+        if num_blocks > bound.num_blocks:
+            raise ValueError(
+                f"{attn.layer_name}: the batches need {num_blocks} blocks, vLLM's layout holds {bound.num_blocks}"
+            )
+        block_size = bound.block_size
+        builder: Any = GroupBuilder(bound.group)
+        kv_cache = bound.view
+    else:
+        block_size = spec.block_size
+        # The engine records the cache it allocated here; some builders (FlexAttention) size
+        # their block masks from it.
+        vllm_config.cache_config.num_gpu_blocks = num_blocks
+        builder = attn.get_attn_backend().get_builder_cls()(spec, [attn.layer_name], vllm_config, device)
+        kv_cache = allocate_kv_cache(vllm_config.cache_config, spec, num_blocks, device)
     num_tokens = num_reqs * query_len
     impl = attn.impl
     heads, kv_heads, head_dim = impl.num_heads, impl.num_kv_heads, impl.head_size
@@ -245,7 +274,7 @@ def allocate_layer(
         vllm_config=vllm_config,
         builder=builder,
         block_size=block_size,
-        kv_cache=allocate_kv_cache(vllm_config.cache_config, spec, num_blocks, device),
+        kv_cache=kv_cache,
         query=zeros(num_tokens, heads, head_dim, dtype=dtype),
         key=zeros(num_tokens, kv_heads, head_dim, dtype=dtype),
         value=zeros(num_tokens, kv_heads, head_dim, dtype=dtype),
@@ -260,6 +289,7 @@ def allocate_layer(
             "impl": type(impl).__name__,
             "block_size": block_size,
             "kv_cache_spec": type(spec).__name__,
+            "kv_cache": "vLLM's layout" if bound is not None else "the harness's own",
             "kv_cache_layout": vllm_config.cache_config.kv_cache_layout,
             "query_quantized": quantizes_query(attn),
         },
@@ -287,18 +317,22 @@ def run_eager(
     causal: bool,
     device: torch.device,
     stage_log: StageLog,
+    bound: Any = None,
 ) -> torch.Tensor:
-    """One real batch through the layer, metadata from its builder (``build``), no graph."""
+    """One real batch through the layer, metadata from its builder (``build``), no graph;
+    ``bound``: the cache vLLM laid out for it (``allocate_layer``)."""
     stage_log(Stage.METADATA)
+    block_size = bound.block_size if bound is not None else attn.get_kv_cache_spec(vllm_config).block_size
     layer = allocate_layer(
         attn,
         vllm_config,
         len(batch.context_lens),
         batch.query_len,
-        1 + blocks_needed(batch, attn.get_kv_cache_spec(vllm_config).block_size),
+        1 + blocks_needed(batch, block_size),
         max(batch.seq_lens),
         inputs.query.dtype,
         device,
+        bound,
     )
     layer.load(batch, inputs, first_block=1)
     common = layer.common(batch, causal, max(batch.seq_lens))

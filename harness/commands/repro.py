@@ -33,7 +33,7 @@ from typing import Any
 from harness.atomic import write_atomic
 from harness.attention import audit
 from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
-from harness.axes import AXES_BY_NAME, LONG_CONTEXT_LENS
+from harness.axes import AXES_BY_NAME, BLOCK_SIZE_UNSET, LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
@@ -139,6 +139,13 @@ def _gpu_refusal(
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
         return "verdict", "the script does not build Model Runner V1's draft beside V2's (the loader differential)"
+    if axes.get("block_size", BLOCK_SIZE_UNSET) != BLOCK_SIZE_UNSET:
+        # The lane lays the draft's cache out with vLLM's runner and speculator functions for the
+        # cell's --block-size (target-draft-seam.md, 2.4); the script allocates its own.
+        return "axes.block_size", (
+            "the gpu repro lays the draft's KV cache out itself, not through vLLM's runner and speculator, "
+            "and does not set the cell's --block-size"
+        )
     kv = {str(axes.get("kv_cache_dtype", "auto")), str(axes.get("draft_kv_cache_dtype", "target"))}
     if any(value.startswith("fp8") for value in kv):
         # The lane judges fp8 cells against calibrated per-layer scales and Triton's fp8 P @ V rounding

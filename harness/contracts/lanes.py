@@ -116,7 +116,8 @@ GPU = Contract(
     name="gpu",
     module="harness.lanes.gpu.lane",
     # A real GPU decides FlashInfer's cubin availability itself, so flashinfer_cubin is no axis here.
-    axes=("capability", *_DRAFT_AXES, "target_attention", "loader", "cudagraph", "context"),
+    # block_size: the target's --block-size (the block_size option is the lane-wide default).
+    axes=("capability", *_DRAFT_AXES, "target_attention", "block_size", "loader", "cudagraph", "context"),
     defaults={"dtype": "bfloat16", "loader": "v2"},
     limits=_WEIGHTED_TARGETS,
     options=GpuOptions,

@@ -369,6 +369,12 @@ def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
         ),
         ("gpu_emulated", GPU_CELL, {"verdict": "loader-diff"}, "verdict: the script does not build Model Runner V1"),
         ("gpu_emulated", "sm90-TRITON_ATTN-causal-sink-bf16-kv-fp8-v2", {}, "does not write calibrated fp8 KV scales"),
+        (
+            "gpu_emulated",
+            "sm90-TRITON_ATTN-noncausal-nosink-bf16-tgt.FLASHINFER-bs128-v2",
+            {},
+            "axes.block_size: the gpu repro lays the draft's KV cache out itself",
+        ),
     ],
 )
 def test_a_gpu_cell_the_script_cannot_reproduce_is_refused_in_one_line(

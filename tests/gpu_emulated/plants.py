@@ -169,3 +169,13 @@ def kernel_descales_keys_by_one(lane: Any) -> None:
         triton_attn.unified_attention = undescaled
 
     _after_start(lane, plant)
+
+
+def speculator_on_default_blocks(lane: Any) -> None:
+    """Model Runner V2's speculator builds the draft's metadata for 16-token kernel blocks
+    whatever --block-size says (the selection lane's plant, ``selection_lane.kernel_blocks``),
+    while the runner lays the shared group's cache out in its own: the draft's layers run
+    against a view their metadata was not built for."""
+    from selection_lane.kernel_blocks import install_default_blocks
+
+    _after_start(lane, install_default_blocks)

@@ -154,3 +154,45 @@ def test_kv_scales_loaded_from_the_wrong_layer_are_wrong_setting_exactly_in_the_
 def test_a_key_scale_the_kernel_does_not_apply_is_a_mismatch_exactly_in_the_fp8_cells(tmp_path: Path) -> None:
     results = planted(plants.kernel_descales_keys_by_one, _fp8_matrix(tmp_path))
     assert_changed_exactly(results, _fp8, Verdict.MISMATCH)
+
+
+def _block_size_matrix(folder: Path) -> Path:
+    """TRITON_ATTN on simulated SM90, non-causal (DFlash's default), --block-size unset, 64 and
+    128 under an auto target, both loaders, eager: 6 cells. Each lays its KV cache out with
+    vLLM's runner and speculator functions and runs the draft against it."""
+    (folder / "expected.toml").write_text(
+        '[expectations]\ndefault = "pass"\nreason = "runner and speculator agree on the kernel block size"\n'
+    )
+    path = folder / "planted-block-size.toml"
+    path.write_text(
+        '[matrix]\nname = "planted-block-size"\nlane = "gpu_emulated"\nexpectations = "expected.toml"\n'
+        "timeout_s = 600\n"
+        '[axes]\ncapability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [false]\nsink = [false]\n'
+        'dtype = ["bfloat16"]\nblock_size = ["unset", 64, 128]\nloader = ["v2", "v1"]\ncudagraph = ["eager"]\n'
+        "[tolerance]\nbfloat16 = 2e-2\n"
+        '[options]\ncontext_lens = [9, 40, 3]\nsm_counts = { "9.0" = 132 }\n'
+    )
+    return path
+
+
+def test_a_speculator_on_its_own_kernel_blocks_fails_exactly_the_cells_with_a_block_size(tmp_path: Path) -> None:
+    """The selection lane's kernel-block plant, with numbers: Model Runner V2's speculator builds
+    the draft's metadata for 16-token kernel blocks while the runner laid the cache out in the
+    cell's --block-size. Every loader-v2 cell with a --block-size (64, 128) is wrong-setting
+    (kernel_block_size, naming both values); --block-size unset (16, the plant's own) and loader
+    v1 (its proposer takes the runner's sizes) keep their verdicts."""
+    results = planted(plants.speculator_on_default_blocks, _block_size_matrix(tmp_path))
+    assert {r.axes.get("block_size", "unset") for r in results} == {"unset", 64, 128}, [r.id for r in results]
+    assert_changed_exactly(
+        results,
+        lambda axes: axes["loader"] == "v2" and axes.get("block_size", "unset") != "unset",
+        Verdict.WRONG_SETTING,
+    )
+    for result in results:
+        if result.verdict == Verdict.WRONG_SETTING:
+            size = result.axes["block_size"]
+            assert f"kernel_block_size is 16 in the speculator's metadata builder, {size} in the runner's" in (
+                result.message
+            ), result.message
+        # Every cell ran against vLLM's layout, and says so.
+        assert isinstance(result.details["kv_cache"], dict), (result.id, result.details.get("kv_cache"))

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.lanes.selection import SelectionLane
 
+from .kernel_blocks import install_default_blocks
 from .pre_fix import rebuild_replacing, rebuild_without
 
 # load_dflash_model's cache_config replacement: the draft's own speculative_config.kv_cache_dtype.
@@ -77,39 +78,13 @@ def _install_checkpoint_dtype() -> None:
     )
 
 
-# The kernel block size vLLM sizes blocks to when a user sets no --block-size (CacheConfig's
-# default on CUDA): the speculator of the plant below sizes the draft's builders to it.
-DEFAULT_BLOCK = 16
-
-
 def speculator_on_default_blocks(lane: SelectionLane) -> None:
     """Runner plant: Model Runner V2's draft-only ``init_attn_backend`` (the speculator's call,
     the one with ``active_layer_names``) builds the draft's metadata for 16-token kernel blocks
     whatever the user's --block-size, while the runner keeps laying the cache out in its own:
     the two disagree exactly where --block-size is set (and not 16). A group the plant left
     marked split would make init_kv_cache refuse the runner's view (a crash, another fault)."""
-    lane.after_install(_install_default_blocks)
-
-
-def _install_default_blocks() -> None:
-    import vllm.v1.worker.gpu.attn_utils as attn_utils
-
-    init_attn_backend = attn_utils.init_attn_backend
-
-    # wraps: the layout asks init_attn_backend's signature which parameters it takes.
-    @functools.wraps(init_attn_backend)
-    def planted(kv_cache_config: Any, vllm_config: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
-        groups, support, kernel_block_sizes = init_attn_backend(kv_cache_config, vllm_config, device, *args, **kwargs)
-        if kwargs.get("active_layer_names") is not None:
-            for group in (g for per_group in groups for g in per_group):
-                group.create_metadata_builders(vllm_config, device, kernel_block_size=DEFAULT_BLOCK)
-                # As vLLM 0.33.0's speculator leaves its groups when it does not split (2.4): not
-                # marked split, so init_kv_cache maps no view of its own over the runner's.
-                group.kernel_block_size = None
-                group.kernel_block_table = group.kernel_block_offsets = None
-        return groups, support, kernel_block_sizes
-
-    attn_utils.init_attn_backend = planted
+    lane.after_install(install_default_blocks)
 
 
 def speculator_on_runner_blocks(lane: SelectionLane) -> None:

@@ -16,6 +16,7 @@ from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import seam_plants
+from .kernel_blocks import DEFAULT_BLOCK
 
 pytestmark = pytest.mark.vllm
 
@@ -44,7 +45,7 @@ def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_th
         r.id
         for r in results
         if r.axes["loader"] == "v2"
-        and r.axes.get("block_size", BLOCK_SIZE_UNSET) != seam_plants.DEFAULT_BLOCK
+        and r.axes.get("block_size", BLOCK_SIZE_UNSET) != DEFAULT_BLOCK
         and r.axes.get("block_size", BLOCK_SIZE_UNSET) != BLOCK_SIZE_UNSET
     }
     assert set_on_v2, "no cell with a --block-size other than the plant's on loader v2"

@@ -13,6 +13,9 @@ dummy metadata and replayed for real batches, the fp32 reference. Only the ``Hos
 - the device is the CPU, and every host-side patch the kernels need is in one module,
   ``harness.cuda.interpreted_kernels`` (each with its reason and a test that it computes what a GPU
   computes); the SM count of each generation is an explicit option, ``sm_counts``;
+- the draft's KV cache is laid out by vLLM's engine-core, runner and speculator functions, for
+  the target (built under the cell's config) and the draft together (``lays_out_kv_cache``:
+  ``harness.attention.kv_cache.bind``); each draft layer runs against the view vLLM bound to it;
 - CUDA graphs are ``harness.attention.recorded_graphs``: capture records each kernel launch
   (grid, tensors by identity, scalars by value) and replay repeats exactly those;
 - backends whose kernels are CUDA binaries (FlashAttention, FlashInfer, ...) are
@@ -39,6 +42,9 @@ class EmulatedHost:
     # The simulated CUDA platform puts the model on "cuda"; here it lives on the CPU, as in the
     # selection lane.
     model_device: str | None = "cpu"
+    # The draft's KV cache laid out by vLLM's engine-core, runner and speculator functions, on
+    # the CPU (a real allocation, sized for the cell's batches): target-draft-seam.md, 2.4.
+    lays_out_kv_cache = True
 
     def __init__(self, options: GpuEmulatedOptions, capabilities: tuple[str, ...]):
         self.options = options

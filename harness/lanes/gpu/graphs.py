@@ -58,20 +58,23 @@ class GraphForward:
         longer = tuple(c + REPLAY_CONTEXT_STEP for c in reversed(batch.context_lens))
         return (batch, Batch(context_lens=longer, query_len=batch.query_len))
 
-    def run(self, attn: Any, attention_config: Any, runs: Any, causal: bool, stage_log: StageLog) -> list[Any]:
+    def run(
+        self, attn: Any, attention_config: Any, runs: Any, causal: bool, stage_log: StageLog, bound: Any = None
+    ) -> list[Any]:
         """Model Runner V2's sequence (vLLM 0.33.0 ``v1/worker/gpu/spec_decode/dflash``):
         ``DFlashCudaGraphManager.capture`` builds dummy metadata with
         ``build_for_cudagraph_capture`` (seq_len = query length, null-block tables, PAD slots,
         ``max_seq_len`` = max_model_len) and captures the forward on it; each ``propose`` then
         refills the persistent input buffers, builds the real batch's metadata on the same
         builder (``_build_uniform_attn_metadata``, which may re-plan in place, vLLM #48167) and
-        replays. The graph sees a new batch only through what stays in those buffers."""
+        replays. The graph sees a new batch only through what stays in those buffers.
+        ``bound``: the cache vLLM laid out for the layer (``paged.allocate_layer``)."""
         from harness.attention.graph import CudaGraphs, replay_batches
         from harness.attention.paged import allocate_layer, blocks_needed
 
         stage_log(Stage.METADATA)
         max_model_len = attention_config.model_config.max_model_len
-        block_size = attn.get_kv_cache_spec(attention_config).block_size
+        block_size = bound.block_size if bound is not None else attn.get_kv_cache_spec(attention_config).block_size
         first = runs[0][0]
         layer = allocate_layer(
             attn,
@@ -82,6 +85,7 @@ class GraphForward:
             max_model_len,
             runs[0][1].query.dtype,
             self.device,
+            bound,
         )
         layer.load_dummy()
         captured = layer.builder.build_for_cudagraph_capture(layer.common(None, causal, max_model_len))

@@ -59,6 +59,10 @@ class Host(Protocol):
     # a simulated CUDA platform says "cuda" while an emulated host computes on the CPU.
     model_device: str | None
 
+    # Whether the cell's draft runs against the KV cache vLLM's own runner and speculator
+    # functions lay out (``CellPlan.kv_cache_through_vllm``) rather than the harness's own.
+    lays_out_kv_cache: bool
+
     def unavailable(self, cell: Cell) -> str | None:
         """Why this host cannot run the cell's backend as the cell asks (None: it can)."""
         ...
@@ -74,6 +78,8 @@ class CudaHost:
     """The runner's own CUDA GPU (``tox -e gpu``); ``harness.plugins.gpu`` has pinned it."""
 
     model_device: str | None = None
+    # Not yet on a real GPU: nothing here has run kv_cache.bind on one (target-draft-seam.md, 2.4).
+    lays_out_kv_cache = False
 
     def start(self, cell: Cell) -> None:
         return None

@@ -148,6 +148,7 @@ class GpuLane:
             tolerance=cell.tolerance,
             unmodelled_fp8_tolerance=self.options.kv_fp8_tolerance,
             graph_tokens=query_len * len(contexts) if graph else None,
+            kv_cache_through_vllm=self.host.lays_out_kv_cache,
         )
         observation = observe_cell(cell, plan, workspace, stage_log)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"
