@@ -55,6 +55,7 @@ def apply(gpu: HostGpu) -> Mapping[str, str]:
     """Install every patch; returns what each one is, for the run's properties."""
     _interpreter_bf16_dot()
     _interpreter_rounding()
+    _interpreter_language_patched_once()
     _device_capability(gpu.capability)
     _sm_count(gpu.sm_count)
     _flashinfer_impl(gpu.sm_count)
@@ -122,6 +123,40 @@ def _interpreter_bf16_dot() -> None:
         "interpreter bf16 tl.dot",
         "the interpreter keeps bf16 as raw uint16 and multiplies the bit patterns (triton-lang/triton#11584); "
         "bf16 operands are widened to fp32 exactly first, as tensor cores read them",
+    )
+
+
+def _interpreter_language_patched_once() -> None:
+    """The interpreter swaps triton.language's builtins (every member of tl, tl.core, tl.math and
+    tl.tensor, walked with ``inspect.getmembers``) for interpreted ones on every launch, restoring
+    them after, and again, unrestored, on every call of a ``@triton.jit`` helper inside a kernel
+    program: a fifth of an interpreted TRITON_ATTN cell's kernel time (py-spy, benchmarks/README.md).
+    In a process where every kernel is interpreted nothing needs the originals back, so each
+    function's language modules are swapped once and kept: the same functions run, once set up."""
+    from triton.runtime import interpreter
+
+    if getattr(interpreter._patch_lang, "_dflash", False):
+        return
+    original = interpreter._patch_lang
+    swapped: set[Any] = set()
+
+    class Kept(interpreter._LangPatchScope):
+        def restore(self) -> None:
+            """The swap stays for the process's life."""
+
+    def patch_lang_once(fn: Any) -> Any:
+        if fn not in swapped:
+            original(fn)  # its scope is dropped unrestored, as the helper-call path drops it
+            swapped.add(fn)
+        return Kept()
+
+    patch_lang_once._dflash = True  # type: ignore[attr-defined]
+    patch_lang_once.__wrapped__ = original  # type: ignore[attr-defined]  # benchmarks/interpreter_language.py
+    interpreter._patch_lang = patch_lang_once
+    _record(
+        "interpreter language patched once",
+        "Triton's interpreter re-patches triton.language on every launch and helper call (a fifth of the "
+        "kernel time); every kernel here is interpreted, so the patch is made once per function and kept",
     )
 
 

@@ -113,6 +113,40 @@ def test_fp8_query_quantization_equals_the_cuda_kernels_cast(host: Any) -> None:
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
 
 
+def test_the_language_patched_once_serves_every_launch_and_helper_call(host: Any) -> None:
+    """Triton's language swap, made once per function and kept: a kernel calling a jit helper
+    computes the same on its first and a later launch, another kernel launched in between
+    too, and no launch or helper call swaps the language again."""
+    import triton
+    from triton.runtime import interpreter
+
+    from . import helper_kernels
+
+    swaps: list[Any] = []
+    original = interpreter._LangPatchScope.set_attr
+
+    def counted(scope: Any, obj: object, name: str, value: object) -> None:
+        swaps.append(name)
+        original(scope, obj, name, value)
+
+    def launch(values: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(values)
+        helper_kernels.twice_plus_one[(triton.cdiv(values.numel(), 64),)](values, out, values.numel(), BLOCK=64)
+        return out
+
+    first, second = torch.arange(100, dtype=torch.float32), torch.linspace(-3, 3, 70)
+    assert torch.equal(launch(first), first * 2 + 1)
+    interpreter._LangPatchScope.set_attr = counted
+    try:
+        assert torch.equal(_interpreted_cast(_values(), torch.bfloat16), _values().to(torch.bfloat16))
+        swaps_by_a_new_kernel = len(swaps)
+        assert torch.equal(launch(second), second * 2 + 1)
+    finally:
+        interpreter._LangPatchScope.set_attr = original
+    assert swaps_by_a_new_kernel > 0  # a function seen first is swapped for (once)
+    assert len(swaps) == swaps_by_a_new_kernel, swaps[swaps_by_a_new_kernel:][:5]
+
+
 def test_device_queries_answer_for_the_simulated_gpu(host: Any) -> None:
     from vllm.platforms import current_platform
 
@@ -121,6 +155,7 @@ def test_device_queries_answer_for_the_simulated_gpu(host: Any) -> None:
     assert set(interpreted_kernels.PATCHES) == {
         "interpreter bf16 tl.dot",
         "interpreter fp32->bf16 and ->fp8 casts",
+        "interpreter language patched once",
         "torch.cuda.get_device_capability",
         "CudaPlatform.num_compute_units",
         "FlashInferImpl construction",
