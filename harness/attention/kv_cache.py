@@ -225,15 +225,22 @@ class BoundCache:
 
 def budget_bytes(vllm_config: Any, blocks: int) -> int:
     """A KV-cache budget for a kernel lane: ``blocks`` blocks of the settled block size for every
-    layer (a hybrid layout's planner gives each tensor more, its groups sharing them), no more.
+    layer (a hybrid layout's planner gives each tensor more, its groups sharing them), and one
+    more per further kind of layer, no more.
     Not ``KV_CACHE_BUDGET_BYTES``: FlexAttention's block mask covers at most its query block times
     ``max_model_len`` tokens, and a larger pool makes Inductor refuse the mask in the hybrid
     FlexAttention cells (target-draft-seam.md, 2.4, open). The caller holds
     ``set_current_vllm_config``."""
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
 
-    pages = sum(int(spec.page_size_bytes) for spec in get_kv_cache_spec(vllm_config).values())
-    return pages * blocks
+    specs = get_kv_cache_spec(vllm_config).values()
+    pages = sum(int(spec.page_size_bytes) for spec in specs)
+    # Where full and sliding-window layers share the pool (one KV-cache group each), a request
+    # claims blocks in every group, and vLLM checks the pool for one max_model_len request
+    # against their sum (kv_cache_utils._max_memory_usage_bytes_from_groups): a sliding group
+    # takes up to one block more than its window, so each group past the first gets one more.
+    kinds = {(type(spec).__name__, getattr(spec, "sliding_window", None)) for spec in specs}
+    return pages * (blocks + len(kinds) - 1)
 
 
 def lay_out(

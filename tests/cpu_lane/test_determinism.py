@@ -28,3 +28,9 @@ def test_two_runs_of_the_same_cells_give_identical_errors() -> None:
         assert a.max_abs_err is not None and a.max_abs_err > 0, (a.id, a.max_abs_err)
         assert a.max_abs_err == b.max_abs_err, (a.id, a.max_abs_err, b.max_abs_err)
         assert a.message == b.message
+        # Against the cache vLLM laid out (one group with the target's layers, or a full and a
+        # sliding group for the windowed cell), never a fallback to the harness's own.
+        layout = a.details["kv_cache"]
+        assert isinstance(layout, dict), (a.id, layout)
+        assert layout["draft_layers"] and all(layer["view_shape"] for layer in layout["draft_layers"]), a.id
+        assert layout == b.details["kv_cache"]
