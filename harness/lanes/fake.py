@@ -51,7 +51,8 @@ class FakeLane:
         action = self.actions.get(cell.id, "pass")
         requested = cell.requested_backend
         backend = requested or "FAKE_AUTO"
-        details: dict[str, object] = {"pid": self.pid}
+        # The parent too: a test of warm parents reads it after the cell process is gone.
+        details: dict[str, object] = {"pid": self.pid, "ppid": os.getppid()}
         stage_log(Stage.CONFIG)
         if action == "unavailable":
             return Observation(requested, unavailable=f"{requested} is not installed here", details=details)

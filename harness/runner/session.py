@@ -15,7 +15,9 @@ from harness.journal import JournalWriter, now_iso
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.releases.provenance import installed_vllm
 from harness.result import CellResult, decide
+from harness.runner import warm
 from harness.runner.supervisor import CellRunner
+from harness.runner.warm import SharedWarmParent
 
 
 def lane_groups_cells(matrix: Matrix) -> bool:
@@ -53,13 +55,18 @@ class MatrixSession:
         options: Mapping[str, Any] | None = None,
         journal: JournalWriter | None = None,
         resumed: Mapping[str, CellResult] | None = None,
+        shared_warm: SharedWarmParent | None = None,
     ):
         self.matrix = matrix
         self.expectations = expectations
         self.journal = journal
         self.resumed = dict(resumed or {})
         self.runner = CellRunner(
-            matrix, plants, options=dict(options or {}), on_environment=journal.env if journal else None
+            matrix,
+            plants,
+            options=dict(options or {}),
+            on_environment=journal.env if journal else None,
+            shared_warm=shared_warm,
         )
 
     def start(self, planned: Sequence[str], **run: object) -> None:
@@ -106,13 +113,16 @@ def run_matrix(
 ) -> list[CellResult]:
     """Run (some) cells of a matrix outside pytest and judge them: the API planted-fault tests use.
 
-    ``options`` overrides keys of the matrix's [options] table in the cell process.
+    ``options`` overrides keys of the matrix's [options] table in the cell process. Cell
+    processes fork from this process's shared warm parent: a test module's planted runs import
+    the lane's preload once, not once each (a plant is applied in the cell process, after the fork).
     """
     if not isinstance(matrix, Matrix):
         matrix = load_matrix(matrix)
     if options:
         matrix = matrix.with_options(options)  # a bad override is refused here, before any cell process
-    session = MatrixSession(matrix, expectations_for(matrix, installed_vllm()), plants, options)
+    expectations = expectations_for(matrix, installed_vllm())
+    session = MatrixSession(matrix, expectations, plants, options, shared_warm=warm.SHARED)
     try:
         return [session.run(cell)[0] for cell in plan(matrix, cell_ids)]
     finally:

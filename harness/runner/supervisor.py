@@ -28,7 +28,7 @@ from harness.environment import MATRIX_START
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner.child import NO_STAGE, ChildRequest, serve, stage_at
-from harness.runner.warm import WarmParent
+from harness.runner.warm import SharedWarmParent, WarmParent
 from harness.stages import Stage
 
 # Never a fork of the runner: it may hold threads (xdist's execnet), and a forked copy of a
@@ -106,13 +106,24 @@ class CellRunner:
         plants: Sequence[str] = (),
         options: dict[str, Any] | None = None,
         on_environment: Callable[[dict[str, Any]], None] | None = None,
+        shared_warm: SharedWarmParent | None = None,
     ):
         self.matrix = matrix
         self.plants = tuple(plants)
         self.options = dict(options or {})
         self.on_environment = on_environment
         self.environment = thread_environment()
-        self._warm = WarmParent(matrix.contract.preload, self.environment) if start_method() == "warm" else None
+        # Its own warm parent, stopped by close(); or, where given, one shared with the other
+        # runners of this process, which outlives this runner.
+        self._owns_warm = shared_warm is None
+        self._warm: WarmParent | None = None
+        if start_method() == "warm":
+            preload = matrix.contract.preload
+            self._warm = (
+                WarmParent(preload, self.environment)
+                if shared_warm is None
+                else shared_warm.get(preload, self.environment)
+            )
         self._child: _Child | None = None
         self._broken: dict[str, str] = {}
         self.restarts = 0
@@ -161,7 +172,7 @@ class CellRunner:
 
     def close(self) -> None:
         self._retire()
-        if self._warm is not None:
+        if self._warm is not None and self._owns_warm:
             self._warm.close()
 
     # -- running ---------------------------------------------------------

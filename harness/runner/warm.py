@@ -36,6 +36,7 @@ core and the lane's preload, never the journal, the expectations or the reports.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import importlib.util
@@ -257,3 +258,40 @@ class WarmParent:
         if not util.is_abstract_socket_namespace(address):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(address)
+
+
+class SharedWarmParent:
+    """One warm parent that successive runners of this process fork their cells from, instead
+    of each importing the preload again: ``run_matrix`` (every planted-fault test starts one)
+    takes it from here. A runner never closes it; it stops when this process exits, or when a
+    runner asks for another preload or environment.
+
+    The key holds this process's whole environment, not only the runner's: the warm parent
+    imported the preload under the variables set when it started, and a cell process inherits
+    them, so a test that sets one (a plant's log file) gets a warm parent started under it.
+    At most one is kept: a changed key stops the old one first, so no idle warm parent (a
+    vLLM import's worth of memory) outlives its use."""
+
+    def __init__(self) -> None:
+        self._key: tuple[object, ...] | None = None
+        self._warm: WarmParent | None = None
+        atexit.register(self.close)
+
+    # pytest names the running test here, a new value for every test; no cell reads it.
+    VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+
+    def get(self, preload: Preload, environment: dict[str, str]) -> WarmParent:
+        inherited = tuple(sorted(item for item in os.environ.items() if item[0] not in self.VOLATILE))
+        key = (preload, tuple(sorted(environment.items())), inherited)
+        if self._warm is None or key != self._key:
+            self.close()
+            self._key, self._warm = key, WarmParent(preload, environment)
+        return self._warm
+
+    def close(self) -> None:
+        warm, self._warm, self._key = self._warm, None, None
+        if warm is not None:
+            warm.close()
+
+
+SHARED = SharedWarmParent()

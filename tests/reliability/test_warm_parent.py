@@ -20,7 +20,9 @@ from harness.contracts.model import Preload
 from harness.matrix import expand, load_matrix
 from harness.runner import supervisor
 from harness.runner.supervisor import CellRunner
-from harness.runner.warm import DeviceQueries, WarmParent, fork_hazard
+from harness.runner import warm
+from harness.runner.session import run_matrix
+from harness.runner.warm import DeviceQueries, SharedWarmParent, WarmParent, fork_hazard
 
 from .planted import inner_env, matrix_pytest_argv, write_fake_matrix
 
@@ -64,6 +66,30 @@ def test_cells_are_forked_by_one_warm_parent_and_a_replacement_comes_from_it_too
     assert not Path(f"/proc/{warm_parent}").exists() or _parent_of(warm_parent) != os.getpid(), (
         "close() stops the warm parent"
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_successive_planted_runs_fork_from_one_shared_warm_parent_until_the_environment_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = SharedWarmParent()
+    monkeypatch.setattr(warm, "SHARED", shared)
+    path = write_fake_matrix(tmp_path, "shared", ["A_ATTN"])
+    try:
+        first = run_matrix(path, cell_ids=["A_ATTN-causal-sink"])
+        second = run_matrix(path, cell_ids=["A_ATTN-noncausal-sink"])
+        parent = first[0].details["ppid"]
+        assert parent != os.getpid() and second[0].details["ppid"] == parent, "one import, not one a run"
+        assert first[0].details["pid"] != second[0].details["pid"], "each run still gets its own cell process"
+        # A variable the next run sets (a plant's log file) must reach its cells: a new warm
+        # parent imports under it, and the old one is stopped, not left idle.
+        monkeypatch.setenv("DFLASH_TEST_PLANT_LOG", str(tmp_path / "plant.log"))
+        third = run_matrix(path, cell_ids=["A_ATTN-causal-nosink"])
+        assert third[0].details["ppid"] not in (parent, os.getpid())
+        assert not Path(f"/proc/{parent}").exists() or _parent_of(parent) != os.getpid(), "the old one is stopped"
+    finally:
+        shared.close()
+    assert all(r.ok for r in (*first, *second, *third)), [(r.id, r.message) for r in (*first, *second, *third)]
 
 
 def test_the_spawn_start_method_still_spawns_from_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
