@@ -131,6 +131,12 @@ def _place_vllm_env(env_conf: Any, core: Any) -> None:
     if not any(str(arg).endswith(INSTALLER) for arg in env_conf["install_command"].args):
         return
     suffix = vllm_env_suffix(os.environ, _default_release(), _recorded_pins)
+    # vLLM's model-class facts (modelinfos, one 8-12 s subprocess per architecture to write)
+    # are keyed by file hash only, so two releases must not share them; every env of one vLLM
+    # choice does (selection, gpu-emulated, gpu, bench-selection), so gpu-emulated, which CI
+    # builds after selection, starts with the cache selection wrote instead of a cold one.
+    cache = Path(core["work_dir"]) / f"vllm-cache{suffix}"
+    env_conf["set_env"].update({"VLLM_CACHE_ROOT": str(cache)}, override=True)
     if suffix:
         # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
         # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
