@@ -18,10 +18,9 @@ import pytest
 
 from harness.contracts.model import Preload
 from harness.matrix import expand, load_matrix
-from harness.runner import supervisor
-from harness.runner.supervisor import CellRunner
-from harness.runner import warm
+from harness.runner import supervisor, warm
 from harness.runner.session import run_matrix
+from harness.runner.supervisor import CellRunner
 from harness.runner.warm import DeviceQueries, SharedWarmParent, WarmParent, fork_hazard
 
 from .planted import inner_env, matrix_pytest_argv, write_fake_matrix
