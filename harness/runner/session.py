@@ -17,7 +17,6 @@ from harness.releases.provenance import installed_vllm
 from harness.result import CellResult, decide
 from harness.runner import warm
 from harness.runner.supervisor import CellRunner
-from harness.runner.warm import SharedWarmParent
 
 
 def lane_groups_cells(matrix: Matrix) -> bool:
@@ -55,7 +54,7 @@ class MatrixSession:
         options: Mapping[str, Any] | None = None,
         journal: JournalWriter | None = None,
         resumed: Mapping[str, CellResult] | None = None,
-        shared_warm: SharedWarmParent | None = None,
+        shared_warm: warm.SharedWarmParent | None = None,
     ):
         self.matrix = matrix
         self.expectations = expectations

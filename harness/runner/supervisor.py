@@ -119,11 +119,8 @@ class CellRunner:
         self._warm: WarmParent | None = None
         if start_method() == "warm":
             preload = matrix.contract.preload
-            self._warm = (
-                WarmParent(preload, self.environment)
-                if shared_warm is None
-                else shared_warm.get(preload, self.environment)
-            )
+            shared = shared_warm.get(preload, self.environment) if shared_warm else None
+            self._warm = shared or WarmParent(preload, self.environment)
         self._child: _Child | None = None
         self._broken: dict[str, str] = {}
         self.restarts = 0

@@ -272,13 +272,13 @@ class SharedWarmParent:
     At most one is kept: a changed key stops the old one first, so no idle warm parent (a
     vLLM import's worth of memory) outlives its use."""
 
+    # pytest names the running test here, a new value for every test; no cell reads it.
+    VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
         self._warm: WarmParent | None = None
         atexit.register(self.close)
-
-    # pytest names the running test here, a new value for every test; no cell reads it.
-    VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
 
     def get(self, preload: Preload, environment: dict[str, str]) -> WarmParent:
         inherited = tuple(sorted(item for item in os.environ.items() if item[0] not in self.VOLATILE))
