@@ -249,6 +249,10 @@ KV_CACHE_QUANTIZATION_CONFIG: dict[str, object] = {
 }
 
 
+# The architecture a draft checkpoint of each method (harness.axes.METHODS) names in config.json.
+DRAFT_ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel", "dspark": "Qwen3DSparkModel"}
+
+
 def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
     """A draft's config.json in ``spec.method``'s own format."""
     dflash_config: dict[str, object] = {
@@ -266,15 +270,13 @@ def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
             dflash_config["swa_window_size"] = spec.sliding_window
     elif spec.sliding_window:
         dflash_config.update(use_swa=True, swa_window_size=spec.sliding_window)
-    architecture = "DFlashDraftModel"
+    if spec.method not in DRAFT_ARCHITECTURES:
+        raise ValueError(f"unknown draft method {spec.method!r}")
+    architecture = DRAFT_ARCHITECTURES[spec.method]
     if spec.method == "dflash2":
-        architecture = "DFlash2DraftModel"
         dflash_config.update(DFLASH2_CONFIG)
     elif spec.method == "dspark":
-        architecture = "Qwen3DSparkModel"
         extra["markov_rank"] = DSPARK_MARKOV_RANK
-    elif spec.method != "dflash":
-        raise ValueError(f"unknown draft method {spec.method!r}")
     if spec.kv_scales:
         extra["quantization_config"] = KV_CACHE_QUANTIZATION_CONFIG
     return qwen3_config(
