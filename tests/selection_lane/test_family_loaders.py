@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.contracts.lanes import SELECTION
 from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
@@ -22,20 +23,35 @@ pytestmark = [
 ]
 
 MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
+# What the target brings and the draft's own head size and KV dtypes.
+SEAM_AXES = (
+    "target_attention",
+    "target_model",
+    "target_dtype",
+    "target_head",
+    "block_size",
+    "kv_cache_dtype",
+    "draft_kv_cache_dtype",
+    "head_size",
+)
 # The DSpark cell that passes as installed and, with the loader's backend dropped, falls back to
 # the target's FlashInfer.
 LOST = "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-kv-fp8-dkv-bfloat16-tgt.FLASHINFER-v2-cubin"
 
 
 def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only() -> None:
-    # The v2 cells of a non-default method and their dflash neighbours on the same backends.
-    # SM100 stays out (its auto-selected FlashInfer path can outlast the cell time limit on a
-    # loaded 2-core machine) but for the one DSpark cell whose draft is built behind a target on
-    # FlashInfer: most other DSpark rows of the covering stop at a target vLLM refuses.
+    # The v2 cells of a non-default method and their dflash neighbours on the same backends, on
+    # SM90 and SM120 (the plant is in the loader; a generation decides only which backend answers,
+    # and each is a cell process of its own). SM100 stays out (its auto-selected FlashInfer path
+    # can outlast the cell time limit on a loaded 2-core machine) but for the one DSpark cell whose
+    # draft is built behind a target on FlashInfer: most other DSpark rows of the covering stop at
+    # a target vLLM refuses.
     everything = expand(load_matrix(MATRIX))
-    cells = [c for c in everything if c.values["loader"] == "v2" and c.values["capability"] != "10.0"]
+    cells = [c for c in everything if c.values["loader"] == "v2" and c.values["capability"] in ("9.0", "12.0")]
     family = [c for c in cells if c.values["method"] != "dflash"] + [c for c in everything if c.id == LOST]
     backends = {c.values["backend"] for c in family}
+    # The dflash neighbours: behind the default target, causal and not (the seam cells behind
+    # other targets go through the same load_dflash_model; tests/selection_lane/test_seam_plants.py).
     plain = [
         c
         for c in cells
@@ -44,6 +60,7 @@ def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only()
         and c.values["capability"] == "9.0"
         and c.values["sink"]
         and c.values["flashinfer_cubin"]
+        and all(SELECTION.value(c.values, axis) == SELECTION.value({}, axis) for axis in SEAM_AXES)
     ]
     results = run_matrix(MATRIX, plants=[f"{sibling_loader.__name__}:plant"], cell_ids=[c.id for c in family + plain])
     changed = {r.id: r for r in results if r.verdict != r.expected}
