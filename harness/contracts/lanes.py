@@ -249,9 +249,13 @@ SELECTION = Contract(
     # torch._inductor.lowering (the same with the torch of vLLM 0.26.0's env), nor cutlass
     # (NVIDIA's CUTLASS DSL loads cuda-bindings' native modules: left to the cell process, which
     # loads libcuda.so.1, a driver or the lane's stub, when its simulated platform is installed).
+    # per_key: then one warm parent per process key, forked by this one, installs the key's
+    # simulated GPU and imports vLLM under it, as each of the key's cell processes did first;
+    # a planted-fault test's runs that meet a key again fork from there (harness.runner.warm).
     preload=Preload(
         modules=("torch", "transformers", "transformers.modeling_utils", "ml_dtypes", "openai"),
         optional=frozenset({"ml_dtypes", "openai"}),
+        per_key="harness.lanes.selection:prepare_process",
         why=(
             "vLLM is not imported: harness.cuda.simulated installs the simulated CudaPlatform as soon as "
             "vllm.platforms executes, before any module binds current_platform, with the process key's "
@@ -259,7 +263,10 @@ SELECTION = Contract(
             "VLLM_HAS_FLASHINFER_CUBIN, FLASHINFER_CUBINS_REPOSITORY) are set per cell process first; "
             "so no platform is resolved, no backend selected and no selection helper cached before the "
             "fork. torch, transformers, Triton, ml_dtypes and openai read none of those variables and ask "
-            "for no device (the warm parent checks the device count is never asked)"
+            "for no device (the warm parent checks the device count is never asked). The key's warm "
+            "parent runs install() and vllm_apis(), the first two steps of the first cell of each of the "
+            "key's processes, with nothing of a cell's: no checkpoint, no distributed state, no plant "
+            "(a plant is applied in the cell process, after them, as before)"
         ),
     ),
 )
@@ -302,7 +309,13 @@ FAKE = Contract(
     module="harness.lanes.fake",
     options=FakeOptions,
     key=_fake_process,
-    preload=Preload(("harness.lanes.fake",), why="the fake lane imports only the harness core"),
+    # A per-key start that only records where it ran, so the runner's per-key warm parents are
+    # tested without vLLM.
+    preload=Preload(
+        ("harness.lanes.fake",),
+        per_key="harness.lanes.fake:prepare_process",
+        why="the fake lane imports only the harness core",
+    ),
 )
 
 # The fake lane as a GPU runner runs it, under the gpu plugin and against whatever driver the

@@ -141,12 +141,23 @@ class Preload:
     platform_resolved: whether importing them may resolve vLLM's platform: only where every
                        cell process of the lane gets the same platform (never where the
                        platform is simulated per process key).
+    per_key:           ``module:function`` a warm parent of one process key runs, forked from
+                       the lane's warm parent, before it forks that key's cell processes; called
+                       with the values of a cell of the key. It does what each cell process of
+                       the key would do first for itself (install the key's simulated platform,
+                       import vLLM under it), leaving the process as that cell process would be
+                       before its first cell: no thread, CUDA uninitialised. A device count it
+                       asks is the cell processes' own only because it sets the key's device
+                       variables first. An exception it raises fails every cell of the key as
+                       a start-up failure; what the lane reports per cell (unavailable) it must
+                       record for the lane instead.
     why:               why importing them there cannot change a verdict.
     """
 
     modules: tuple[str, ...] = ()
     optional: frozenset[str] = frozenset()
     platform_resolved: bool = False
+    per_key: str | None = None
     why: str = "nothing is imported before the fork"
 
 

@@ -30,6 +30,15 @@ from harness.matrix import Cell, Matrix
 from harness.observation import Claim, LayerAgreement, LoaderDifferential, Observation
 from harness.stages import Stage
 
+# Set by prepare_process in a process key's warm parent, as the selection lane's start is: its
+# pid and the capability it was started for, reported in each cell's details.
+_prepared: tuple[int, str] | None = None
+
+
+def prepare_process(values: Mapping[str, object]) -> None:
+    global _prepared
+    _prepared = (os.getpid(), str(values.get("capability")))
+
 
 class FakeLane:
     def __init__(self, matrix: Matrix):
@@ -53,6 +62,8 @@ class FakeLane:
         backend = requested or "FAKE_AUTO"
         # The parent too: a test of warm parents reads it after the cell process is gone.
         details: dict[str, object] = {"pid": self.pid, "ppid": os.getppid()}
+        if _prepared is not None:
+            details["key_parent"], details["prepared_for"] = _prepared
         stage_log(Stage.CONFIG)
         if action == "unavailable":
             return Observation(requested, unavailable=f"{requested} is not installed here", details=details)

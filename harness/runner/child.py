@@ -90,7 +90,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
         matrix = load_matrix(request.matrix_path).with_options(request.options)
         lane = create_lane(matrix)
         for plant in request.plants:
-            _resolve(plant)(lane)
+            resolve(plant)(lane)
         # Plain str: a str subclass (torch.__version__) would make the runner import torch to unpickle it.
         conn.send(("ready", {str(name): str(value) for name, value in lane.environment().items()}))
     except BaseException as exc:  # the lane cannot start: every cell will say why
@@ -143,10 +143,11 @@ def _escaped(lane: Lane, cell: Cell, stage: Stage, error: Exception) -> Observat
     )
 
 
-def _resolve(spec: str) -> Callable[..., Any]:
+def resolve(spec: str) -> Callable[..., Any]:
+    """The function ``package.module:function`` names (a plant, a lane's per-key start)."""
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise ValueError(f"plant {spec!r} must be 'package.module:function'")
+        raise ValueError(f"{spec!r} must be 'package.module:function'")
     function: Callable[..., Any] = getattr(importlib.import_module(module_name), attr)
     return function
 

@@ -28,7 +28,7 @@ from harness.environment import MATRIX_START
 from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.runner.child import NO_STAGE, ChildRequest, serve, stage_at
-from harness.runner.warm import SharedWarmParent, WarmParent
+from harness.runner.warm import KeyWarmParent, SharedWarmParent, WarmParent
 from harness.stages import Stage
 
 # Never a fork of the runner: it may hold threads (xdist's execnet), and a forked copy of a
@@ -116,7 +116,11 @@ class CellRunner:
         # Its own warm parent, stopped by close(); or, where given, one shared with the other
         # runners of this process, which outlives this runner.
         self._owns_warm = shared_warm is None
+        self._shared = shared_warm
         self._warm: WarmParent | None = None
+        # A lane with a per-key start (Preload.per_key): the warm parent of the key running now,
+        # forked by the lane's; or, where shared, the shared one's.
+        self._key_warm: KeyWarmParent | None = None
         if start_method() == "warm":
             preload = matrix.contract.preload
             shared = shared_warm.get(preload, self.environment) if shared_warm else None
@@ -126,7 +130,20 @@ class CellRunner:
         self.restarts = 0
 
     # -- child lifecycle -------------------------------------------------
-    def _start(self, key: str) -> _Child | str:
+    def _warm_for(self, key: str, cell: Cell) -> WarmParent | None:
+        """The warm parent a cell process of ``key`` forks from."""
+        if self._warm is None or self._warm.preload.per_key is None:
+            return self._warm
+        shared = self._shared.for_key(self._warm, key, cell.values) if self._shared is not None else None
+        if shared is not None:
+            return shared
+        if self._key_warm is None or self._key_warm.key != key or self._key_warm.lane is not self._warm:
+            if self._key_warm is not None:
+                self._key_warm.close()
+            self._key_warm = KeyWarmParent(self._warm, key, cell.values)
+        return self._key_warm
+
+    def _start(self, key: str, cell: Cell) -> _Child | str:
         request = ChildRequest(
             matrix_path=str(self.matrix.path),
             plants=self.plants,
@@ -134,7 +151,10 @@ class CellRunner:
             parent=os.getpid(),
             environment=self.environment,
         )
-        process, parent_conn, stage_slot = launch(request, f"dflash-cell-{key}", self._warm)
+        try:
+            process, parent_conn, stage_slot = launch(request, f"dflash-cell-{key}", self._warm_for(key, cell))
+        except (EOFError, OSError) as exc:  # it asked a warm parent that died before forking it
+            return f"lane failed to start: its warm parent died before forking it ({type(exc).__name__}: {exc})"
         if not parent_conn.poll(STARTUP_TIMEOUT_S):
             self._kill(process)
             return f"lane did not start within {STARTUP_TIMEOUT_S:.0f} s"
@@ -169,11 +189,13 @@ class CellRunner:
 
     def close(self) -> None:
         self._retire()
+        if self._key_warm is not None:
+            self._key_warm.close()
         if self._warm is not None and self._owns_warm:
             self._warm.close()
 
     # -- running ---------------------------------------------------------
-    def _ready_child(self, key: str) -> _Child | str:
+    def _ready_child(self, key: str, cell: Cell) -> _Child | str:
         """The warm child for this key, started if need be; a string says why none could start."""
         if key in self._broken:
             return self._broken[key]
@@ -182,7 +204,7 @@ class CellRunner:
             # the next cell nothing: that cell gets a fresh process instead of the blame.
             self._retire()
         if self._child is None:
-            started = self._start(key)
+            started = self._start(key, cell)
             if isinstance(started, str):
                 self._broken[key] = started
                 return started
@@ -192,7 +214,7 @@ class CellRunner:
     def run(self, cell: Cell) -> Observation:
         key = self.matrix.process_key(cell)
         for _ in range(2):
-            child = self._ready_child(key)
+            child = self._ready_child(key, cell)
             if isinstance(child, str):
                 return self._startup_failure(cell, child)
             # The slot still holds the stage the previous cell ended in; a death before this

@@ -25,6 +25,13 @@ what it must never have done is checked here, for every lane, before the first f
 A failed check, or a preload that raises, does not fork quietly: every cell process it forks
 reports it as the lane's start-up failure, so each cell says why.
 
+A lane whose cell processes start by installing something per process key (the selection
+lane's simulated GPU, then vLLM imported under it) declares that start as ``Preload.per_key``:
+the lane's warm parent then forks one warm parent per process key (``KeyWarmParent``), which
+does that start once and forks the key's cell processes. A planted-fault run that meets a key
+an earlier run of the same test process met forks its cells from there instead of importing
+vLLM again (``SharedWarmParent`` keeps the last few).
+
 Parent death: the warm parent dies with its runner (the kernel's parent-death signal, set as
 in ``child``) and also leaves its loop when the runner's end of its "alive" pipe closes; a
 cell process's parent is the warm parent, and it dies with it the same way. A runner killed
@@ -43,21 +50,26 @@ import importlib.util
 import io
 import multiprocessing
 import os
+import signal
 import socket
 import sys
 import threading
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from multiprocessing import connection, forkserver, popen_forkserver, reduction, resource_tracker, spawn, util
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerProcess, set_spawning_popen
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from harness.axes import AxisValue
 from harness.contracts.model import Preload
 from harness.runner import child
 
 _SPAWN = multiprocessing.get_context("spawn")
 _STOP_TIMEOUT_S = 10.0
+# As long as a cell process may take to start (harness.runner.supervisor.STARTUP_TIMEOUT_S).
+KEY_START_TIMEOUT_S = 600
 
 
 def warm_main(
@@ -82,6 +94,34 @@ def warm_main(
         queries.restore()  # the cell processes get torch's own functions back
     # Nothing is frozen here: a cell process freezes what survived its first cell itself
     # (child._freeze_process_state), so its first cell runs under the same collector as a spawned one.
+    forkserver.main(listener.detach(), alive.fileno(), [])
+
+
+def key_main(
+    listener: socket.socket, alive: Connection, preload: Preload, values: dict[str, AxisValue], lane_warm: int
+) -> None:
+    """A process key's warm parent, forked by the lane's: the key's start (``Preload.per_key``,
+    with a cell's values), checked as the preload was, then the fork server loop for the key's
+    cell processes. A preload failure it inherited stays the reason every cell gives."""
+    child.die_with_parent(lane_warm)
+    if child.preload_failure is None and preload.per_key is not None:
+        # The runner waits for this start before its cell process is forked: a start that hangs
+        # (a vLLM import stuck on something) must end as the key's start-up failure, not hang it.
+        def too_long(signum: int, frame: object) -> None:
+            raise TimeoutError(f"no start within {KEY_START_TIMEOUT_S} s")
+
+        previous = signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(KEY_START_TIMEOUT_S)
+        try:
+            child.resolve(preload.per_key)(values)
+            signal.alarm(0)
+            child.preload_failure = fork_hazard(preload, per_key=True)
+        except BaseException as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            child.preload_failure = f"the warm parent of this process key could not start it: {why}"
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
     forkserver.main(listener.detach(), alive.fileno(), [])
 
 
@@ -123,8 +163,9 @@ class DeviceQueries:
         self._originals.clear()
 
 
-def fork_hazard(preload: Preload, device_queries: Sequence[str] = ()) -> str | None:
-    """What in this process a fork would copy wrongly, or None."""
+def fork_hazard(preload: Preload, device_queries: Sequence[str] = (), *, per_key: bool = False) -> str | None:
+    """What in this process a fork would copy wrongly, or None. ``per_key``: checked in a process
+    key's warm parent, whose start resolved the key's own platform (``Preload.per_key``)."""
     others = [thread.name for thread in threading.enumerate() if thread is not threading.main_thread()]
     if others:
         return f"the warm parent's preload started threads a fork cannot copy: {', '.join(others)}"
@@ -137,7 +178,8 @@ def fork_hazard(preload: Preload, device_queries: Sequence[str] = ()) -> str | N
             + ", ".join(dict.fromkeys(device_queries))
         )
     platforms = sys.modules.get("vllm.platforms")
-    if not preload.platform_resolved and platforms is not None and getattr(platforms, "_current_platform", None):
+    resolved = platforms is not None and getattr(platforms, "_current_platform", None)
+    if not preload.platform_resolved and not per_key and resolved:
         return "the warm parent's preload resolved vLLM's platform, which this lane sets per cell process"
     return None
 
@@ -223,14 +265,8 @@ class WarmParent:
         listener.listen()
         alive_r, alive_w = os.pipe()
         alive = Connection(alive_r, writable=False)
-        process = _SPAWN.Process(
-            target=warm_main,
-            args=(listener, alive, self.preload, self.environment, os.getpid()),
-            name="dflash-warm-parent",
-            daemon=True,
-        )
         try:
-            process.start()
+            process = self._launch(listener, alive)
         except BaseException:
             os.close(alive_w)
             raise
@@ -242,6 +278,16 @@ class WarmParent:
         server._forkserver_alive_fd = alive_w  # type: ignore[attr-defined]
         server._forkserver_pid = process.pid  # type: ignore[attr-defined]
         self._process, self._server = process, server
+
+    def _launch(self, listener: socket.socket, alive: Connection) -> BaseProcess:
+        process = _SPAWN.Process(
+            target=warm_main,
+            args=(listener, alive, self.preload, self.environment, os.getpid()),
+            name="dflash-warm-parent",
+            daemon=True,
+        )
+        process.start()
+        return process
 
     def close(self) -> None:
         """Stop the warm parent: closing its alive pipe ends its loop; a cell it forked that
@@ -260,6 +306,23 @@ class WarmParent:
                 os.unlink(address)
 
 
+class KeyWarmParent(WarmParent):
+    """The warm parent of one process key of a lane with a per-key start (``Preload.per_key``):
+    forked by the lane's warm parent, so it starts with the preload already imported, and
+    restarted with it."""
+
+    def __init__(self, lane: WarmParent, key: str, values: Mapping[str, AxisValue]):
+        super().__init__(lane.preload, lane.environment)
+        self.lane, self.key, self.values = lane, key, dict(values)
+
+    def _launch(self, listener: socket.socket, alive: Connection) -> BaseProcess:
+        lane_warm = self.lane.start()
+        args = (listener, alive, self.preload, self.values, lane_warm)
+        process = self.lane.process(key_main, args, "dflash-warm-key")
+        process.start()
+        return process
+
+
 class SharedWarmParent:
     """One warm parent that successive runners of this process fork their cells from, instead
     of each importing the preload again: ``run_matrix`` (every planted-fault test starts one)
@@ -270,14 +333,19 @@ class SharedWarmParent:
     imported the preload under the variables set when it started, and a cell process inherits
     them, so a test that sets one (a plant's log file) gets a warm parent started under it.
     At most one is kept: a changed key stops the old one first, so no idle warm parent (a
-    vLLM import's worth of memory) outlives its use."""
+    vLLM import's worth of memory) outlives its use. Of a lane with a per-key start, the
+    warm parents of the last ``KEYS_KEPT`` process keys are kept beside it (``for_key``)."""
 
     # pytest names the running test here, a new value for every test; no cell reads it.
     VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+    # A vLLM import under a simulated GPU each (about 1 GB): a test process's planted runs
+    # mostly meet SM90 with the cubins and one other generation.
+    KEYS_KEPT = 2
 
     def __init__(self) -> None:
         self._key: tuple[object, ...] | None = None
         self._warm: WarmParent | None = None
+        self._keys: OrderedDict[str, KeyWarmParent] = OrderedDict()
         atexit.register(self.close)
 
     def get(self, preload: Preload, environment: dict[str, str]) -> WarmParent:
@@ -288,7 +356,22 @@ class SharedWarmParent:
             self._key, self._warm = key, WarmParent(preload, environment)
         return self._warm
 
+    def for_key(self, lane: WarmParent, key: str, values: Mapping[str, AxisValue]) -> KeyWarmParent | None:
+        """The warm parent of process ``key``, forked by ``lane``; None unless ``lane`` is the
+        one this shares (``get``)."""
+        if lane is not self._warm:
+            return None
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return self._keys[key]
+        while len(self._keys) >= self.KEYS_KEPT:
+            self._keys.popitem(last=False)[1].close()
+        self._keys[key] = KeyWarmParent(lane, key, values)
+        return self._keys[key]
+
     def close(self) -> None:
+        while self._keys:
+            self._keys.popitem()[1].close()
         warm, self._warm, self._key = self._warm, None, None
         if warm is not None:
             warm.close()

@@ -1,7 +1,8 @@
 """Cell processes forked by a warm parent (harness.runner.warm): forked there, not by the
 runner; a replaced process comes from the same warm parent; the whole chain dies with a
 runner killed outright; a preload that fails or leaves a fork hazard fails every cell with
-the reason; DFLASH_MATRIX_START=spawn still spawns."""
+the reason; a lane with a per-key start gets a warm parent per process key, kept across planted
+runs; DFLASH_MATRIX_START=spawn still spawns."""
 
 from __future__ import annotations
 
@@ -89,6 +90,90 @@ def test_successive_planted_runs_fork_from_one_shared_warm_parent_until_the_envi
     finally:
         shared.close()
     assert all(r.ok for r in (*first, *second, *third)), [(r.id, r.message) for r in (*first, *second, *third)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_each_process_key_forks_its_cells_from_a_warm_parent_that_started_it(tmp_path: Path) -> None:
+    """The fake lane's per-key start (Preload.per_key) records where it ran and for which
+    capability: each key's cells come from a warm parent of their own, forked by the lane's."""
+    matrix = load_matrix(write_fake_matrix(tmp_path, "keys", ["A_ATTN"], capabilities=["8.0", "9.0"]))
+    cells = {cell.id: cell for cell in expand(matrix)}
+    runner = CellRunner(matrix)
+    lane_warm = []  # the parent of each key's warm parent, read while that one runs
+    try:
+        results = []
+        for cell_id in ("sm80-A_ATTN-causal-sink", "sm80-A_ATTN-noncausal-sink", "sm90-A_ATTN-causal-sink"):
+            results.append(runner.run(cells[cell_id]))
+            lane_warm.append(_parent_of(int(results[-1].details["ppid"])))
+        results.append(runner.run(cells["sm80-A_ATTN-causal-nosink"]))
+    finally:
+        runner.close()
+    first, again, other, back = results
+    assert all(r.failure is None for r in results), [r.failure for r in results]
+    for result, capability in zip(results, ("8.0", "8.0", "9.0", "8.0"), strict=True):
+        assert result.details["prepared_for"] == capability
+        assert result.details["key_parent"] == result.details["ppid"], "forked by the key's warm parent"
+    assert again.details["pid"] == first.details["pid"], "one cell process serves a key's cells in a row"
+    # The runner keeps one key's warm parent: SM80 met again after SM90 is started again.
+    assert len({first.details["ppid"], other.details["ppid"], back.details["ppid"]}) == 3
+    assert len(set(lane_warm)) == 1 and lane_warm[0] != os.getpid(), "every key's forked by the lane's warm parent"
+
+
+def test_planted_runs_that_meet_a_key_again_fork_from_its_kept_warm_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = SharedWarmParent()
+    monkeypatch.setattr(warm, "SHARED", shared)
+    path = write_fake_matrix(tmp_path, "kept", ["A_ATTN"], capabilities=["8.0", "9.0", "10.0"])
+    try:
+
+        def parent(cell_id: str) -> int:
+            (result,) = run_matrix(path, cell_ids=[cell_id])
+            assert result.ok and result.details["key_parent"] == result.details["ppid"], (result.id, result.message)
+            return int(result.details["ppid"])
+
+        sm80 = parent("sm80-A_ATTN-causal-sink")
+        sm90 = parent("sm90-A_ATTN-causal-sink")
+        assert parent("sm80-A_ATTN-noncausal-sink") == sm80, "a key met again: its warm parent, no new start"
+        assert shared.KEYS_KEPT == 2
+        lane_warm = _parent_of(sm80)
+        parent("sm100-A_ATTN-causal-sink")  # the least recently used key's (SM90) is stopped
+        assert not Path(f"/proc/{sm90}").exists() or _parent_of(sm90) != lane_warm
+        assert parent("sm90-A_ATTN-noncausal-sink") != sm90
+    finally:
+        shared.close()
+
+
+def test_a_per_key_start_that_raises_fails_every_cell_of_the_key_with_the_reason(tmp_path: Path) -> None:
+    matrix = load_matrix(write_fake_matrix(tmp_path, "unstartable", ["A_ATTN"], capabilities=["9.0"]))
+    runner = CellRunner(matrix)
+    # json.loads({...}) raises TypeError: a start that fails in the key's warm parent.
+    runner._warm = WarmParent(Preload(("harness.lanes.fake",), per_key="json:loads"), runner.environment)
+    try:
+        results = [runner.run(cell) for cell in expand(matrix)[:2]]
+    finally:
+        runner.close()
+    for result in results:
+        assert result.failure is not None and result.failure.error_type == "LaneStartup"
+        assert "the warm parent of this process key could not start it: TypeError" in result.failure.message
+
+
+@pytest.mark.parametrize("per_key", [None, "harness.lanes.fake:prepare_process"], ids=["lane", "per-key"])
+def test_a_warm_parent_that_dies_before_forking_fails_the_cells_not_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_key: str | None
+) -> None:
+    (tmp_path / "dflash_planted_exits.py").write_text("import os\n\nos._exit(7)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned warm parent gets the runner's sys.path
+    matrix = load_matrix(write_fake_matrix(tmp_path, "dies", ["A_ATTN"], capabilities=["9.0"]))
+    runner = CellRunner(matrix)
+    runner._warm = WarmParent(Preload(("dflash_planted_exits",), per_key=per_key), runner.environment)
+    try:
+        results = [runner.run(cell) for cell in expand(matrix)[:2]]
+    finally:
+        runner.close()
+    for result in results:
+        assert result.failure is not None and result.failure.error_type == "LaneStartup", result.failure
+        assert "its warm parent died before forking it" in result.failure.message, result.failure.message
 
 
 def test_the_spawn_start_method_still_spawns_from_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from harness.axes import capability_token
+from harness.axes import AxisValue, capability_token
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import NotSimulatable, SimulatedGpu, install
 from harness.matrix import Cell, Matrix
@@ -44,7 +44,34 @@ if TYPE_CHECKING:
 
 
 def gpu_for(cell: Cell) -> SimulatedGpu:
-    return SimulatedGpu(str(cell.get("capability")), bool(SELECTION.value(cell.values, "flashinfer_cubin")))
+    return _gpu(cell.values)
+
+
+def _gpu(values: Mapping[str, AxisValue]) -> SimulatedGpu:
+    return SimulatedGpu(str(values.get("capability")), bool(SELECTION.value(values, "flashinfer_cubin")))
+
+
+# Set in a process key's warm parent (harness.runner.warm, Preload.per_key) and so in every cell
+# process it forks: the GPU it simulates, and what stopped its start if something did.
+_prepared: tuple[SimulatedGpu, BaseException | None] | None = None
+
+
+def prepare_process(values: Mapping[str, AxisValue]) -> None:
+    """A process key's warm parent does here what the lane's first cell in each of the key's cell
+    processes did (``SelectionLane._state_for``): install the key's simulated GPU, then import vLLM
+    under it (``ProcessState.import_vllm``). What stops it is kept, and the lane reports it on
+    each cell as it would have (an install that cannot show the state is ``unavailable``)."""
+    global _prepared
+    gpu = _gpu(values)
+    try:
+        install(gpu)
+        from harness.lanes.selection.process_state import ProcessState
+
+        ProcessState.import_vllm()
+    except BaseException as error:
+        _prepared = (gpu, error)
+        return
+    _prepared = (gpu, None)
 
 
 class SelectionLane:
@@ -96,7 +123,10 @@ class SelectionLane:
         gpu = gpu_for(cell)
         if self._state is None:
             try:
+                if _prepared is not None and _prepared[0] == gpu and _prepared[1] is not None:
+                    raise _prepared[1]  # this process's warm parent could not start it
                 # The platform first: torch and vLLM are imported only after, by process_state.
+                # (Installed already where the key's warm parent did it: install is idempotent.)
                 install(gpu)
                 from harness.lanes.selection.process_state import ProcessState
 

@@ -100,6 +100,12 @@ class ProcessState:
     imported once, checkpoints written once, distributed state initialised once, reused by every
     cell. (Not a session: the run's session is ``harness.runner.session.MatrixSession``.)"""
 
+    @staticmethod
+    def import_vllm() -> None:
+        """vLLM's modules this state uses, imported under the installed platform: a process
+        key's warm parent does it once for the key's cell processes (``prepare_process``)."""
+        vllm_apis()
+
     def __init__(self, gpu: SimulatedGpu, options: SelectionOptions, matrix_backends: frozenset[str]):
         self.gpu = gpu
         self.options = options
