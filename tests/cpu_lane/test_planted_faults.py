@@ -7,7 +7,7 @@ affected cells get the planted verdict, every other cell keeps its expected one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -44,18 +44,6 @@ def cells_where(**wanted: object) -> list[str]:
         return all(values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
 
     return [cell.id for cell in expand(load_matrix(MATRIX)) if keep(cell.values)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def plant_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One file the plants log to, named in the environment of every test here: a variable set
-    by some tests only would start the shared warm parent again (a vLLM import) at each switch
-    (``harness.runner.warm.SharedWarmParent`` keys on the environment). A test that reads it
-    empties it first."""
-    path = tmp_path_factory.mktemp("plants") / "plant.log"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(plants.PLANT_LOG, str(path))
-        yield path
 
 
 def planted(plant: Callable[..., None], cell_ids: list[str]) -> list[CellResult]:
