@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -35,13 +34,12 @@ def inspect_drafter(worker: Any) -> dict[str, Any]:
     }
 
 
-def generate(causal: bool, sink: bool, backend: str | None) -> dict[str, Any]:
+def generate(root: Path, causal: bool, sink: bool, backend: str | None) -> dict[str, Any]:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
     from harness.attention.checkpoint import DraftSpec, write_draft, write_target
 
-    root = Path(tempfile.mkdtemp(prefix="dflash-e2e-"))
     target = write_target(root)
     draft = write_draft(root, DraftSpec(causal=causal, sink=sink))
     speculative: dict[str, Any] = {"method": "dflash", "model": str(draft.path), "num_speculative_tokens": 4}
@@ -86,8 +84,11 @@ def main() -> None:
     parser.add_argument("--sink", type=int, choices=(0, 1), required=True)
     parser.add_argument("--backend", default=None)
     args = parser.parse_args()
+    # Beside the answer, in the test's own temporary folder: this process ends with os._exit,
+    # so nothing here would remove a folder of its own.
+    checkpoints = Path(args.out).parent / "checkpoints"
     try:
-        result: dict[str, Any] = {"ok": True, **generate(bool(args.causal), bool(args.sink), args.backend)}
+        result: dict[str, Any] = {"ok": True, **generate(checkpoints, bool(args.causal), bool(args.sink), args.backend)}
     except Exception as exc:
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
     Path(args.out).write_text(json.dumps(result))
