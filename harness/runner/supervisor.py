@@ -115,7 +115,6 @@ class CellRunner:
         self.environment = thread_environment()
         # Its own warm parent, stopped by close(); or, where given, one shared with the other
         # runners of this process, which outlives this runner.
-        self._owns_warm = shared_warm is None
         self._shared = shared_warm
         self._warm: WarmParent | None = None
         # A lane with a per-key start (Preload.per_key): the warm parent of the key running now,
@@ -191,7 +190,7 @@ class CellRunner:
         self._retire()
         if self._key_warm is not None:
             self._key_warm.close()
-        if self._warm is not None and self._owns_warm:
+        if self._warm is not None and self._shared is None:
             self._warm.close()
 
     # -- running ---------------------------------------------------------

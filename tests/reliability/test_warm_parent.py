@@ -144,18 +144,26 @@ def test_planted_runs_that_meet_a_key_again_fork_from_its_kept_warm_parent(
         shared.close()
 
 
-def test_a_per_key_start_that_raises_fails_every_cell_of_the_key_with_the_reason(tmp_path: Path) -> None:
-    matrix = load_matrix(write_fake_matrix(tmp_path, "unstartable", ["A_ATTN"], capabilities=["9.0"]))
+def _startup_failures(matrix_path: Path, preload: Preload) -> list[str]:
+    """Two cells run under a warm parent importing ``preload``: each a start-up failure, its message."""
+    matrix = load_matrix(matrix_path)
     runner = CellRunner(matrix)
-    # json.loads({...}) raises TypeError: a start that fails in the key's warm parent.
-    runner._warm = WarmParent(Preload(("harness.lanes.fake",), per_key="json:loads"), runner.environment)
+    runner._warm = WarmParent(preload, runner.environment)
     try:
         results = [runner.run(cell) for cell in expand(matrix)[:2]]
     finally:
         runner.close()
     for result in results:
-        assert result.failure is not None and result.failure.error_type == "LaneStartup"
-        assert "the warm parent of this process key could not start it: TypeError" in result.failure.message
+        assert result.failure is not None and result.failure.error_type == "LaneStartup", result.failure
+    return [result.failure.message for result in results if result.failure is not None]
+
+
+def test_a_per_key_start_that_raises_fails_every_cell_of_the_key_with_the_reason(tmp_path: Path) -> None:
+    path = write_fake_matrix(tmp_path, "unstartable", ["A_ATTN"], capabilities=["9.0"])
+    # json.loads({...}) raises TypeError: a start that fails in the key's warm parent.
+    messages = _startup_failures(path, Preload(("harness.lanes.fake",), per_key="json:loads"))
+    for message in messages:
+        assert "the warm parent of this process key could not start it: TypeError" in message
 
 
 @pytest.mark.parametrize("per_key", [None, "harness.lanes.fake:prepare_process"], ids=["lane", "per-key"])
@@ -164,16 +172,9 @@ def test_a_warm_parent_that_dies_before_forking_fails_the_cells_not_the_run(
 ) -> None:
     (tmp_path / "dflash_planted_exits.py").write_text("import os\n\nos._exit(7)\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the spawned warm parent gets the runner's sys.path
-    matrix = load_matrix(write_fake_matrix(tmp_path, "dies", ["A_ATTN"], capabilities=["9.0"]))
-    runner = CellRunner(matrix)
-    runner._warm = WarmParent(Preload(("dflash_planted_exits",), per_key=per_key), runner.environment)
-    try:
-        results = [runner.run(cell) for cell in expand(matrix)[:2]]
-    finally:
-        runner.close()
-    for result in results:
-        assert result.failure is not None and result.failure.error_type == "LaneStartup", result.failure
-        assert "its warm parent died before forking it" in result.failure.message, result.failure.message
+    path = write_fake_matrix(tmp_path, "dies", ["A_ATTN"], capabilities=["9.0"])
+    for message in _startup_failures(path, Preload(("dflash_planted_exits",), per_key=per_key)):
+        assert "its warm parent died before forking it" in message, message
 
 
 def test_the_spawn_start_method_still_spawns_from_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -191,16 +192,9 @@ def test_the_spawn_start_method_still_spawns_from_the_runner(tmp_path: Path, mon
 
 
 def test_a_preload_that_fails_fails_every_cell_with_the_reason(tmp_path: Path) -> None:
-    matrix = load_matrix(write_fake_matrix(tmp_path, "unloadable", ["A_ATTN"]))
-    runner = CellRunner(matrix)
-    runner._warm = WarmParent(Preload(("harness.no_such_module",)), runner.environment)
-    try:
-        results = [runner.run(cell) for cell in expand(matrix)[:2]]
-    finally:
-        runner.close()
-    for result in results:
-        assert result.failure is not None and result.failure.error_type == "LaneStartup"
-        assert "the warm parent could not import its preload: ModuleNotFoundError" in result.failure.message
+    path = write_fake_matrix(tmp_path, "unloadable", ["A_ATTN"])
+    for message in _startup_failures(path, Preload(("harness.no_such_module",))):
+        assert "the warm parent could not import its preload: ModuleNotFoundError" in message
 
 
 def test_a_thread_left_by_the_preload_is_a_fork_hazard() -> None:
