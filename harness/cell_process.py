@@ -1,5 +1,5 @@
 """What a cell process does to itself whatever its lane: keep its long-lived state out of the
-garbage collector's reach.
+garbage collector's reach, and start each cell from the same vLLM process state.
 
 A lane imports most of vLLM lazily (model, loader and backend modules: hundreds of thousands
 of objects), and vLLM's model loader calls ``gc.collect()`` twice per model it builds; every
@@ -12,9 +12,78 @@ later can never be reclaimed.
 
 from __future__ import annotations
 
+import functools
 import gc
+import sys
+from types import ModuleType
+from typing import Any
 
 
 def freeze_process_state() -> None:
     gc.collect()
     gc.freeze()
+
+
+# The type of what ``functools.cache`` and ``functools.lru_cache`` return (the C wrapper), asked of
+# functools itself: an isinstance check, because ``getattr(x, "cache_clear")`` on an arbitrary
+# module attribute can do anything (ctypes' ``cdll`` tries to load a library of that name).
+_CACHE_WRAPPER = type(functools.lru_cache(maxsize=None)(lambda: None))
+
+
+def _cached_functions(module: ModuleType) -> list[Any]:
+    """The functools caches a module holds at its top level and in the classes it defines."""
+    found: list[Any] = []
+    for value in list(vars(module).values()):
+        candidates = [value]
+        if isinstance(value, type) and value.__module__ == module.__name__:
+            candidates = [
+                member.__func__ if isinstance(member, classmethod | staticmethod) else member
+                for member in vars(value).values()
+            ]
+        found.extend(candidate for candidate in candidates if isinstance(candidate, _CACHE_WRAPPER))
+    return found
+
+
+class ProcessCaches:
+    """Every functools cache (``@cache``, ``@lru_cache``) in the loaded modules of the packages
+    named, cleared before each cell.
+
+    vLLM memoises answers per process: the attention selector (``_cached_get_attn_backend``,
+    keyed on the backend, the selector config, num_heads and the KV dtype, while the backends'
+    validation also reads the current config), the platform's backend priorities, FlashInfer
+    and config helpers. A cell process serves many cells; a cleared cache makes each cell start
+    from what a fresh process would answer (docs/explanation/isolation.md has the audit). A
+    module is scanned when first seen and again whenever its namespace grew or shrank (a module
+    imported by the last cell, a cache a plant or vLLM added since).
+    """
+
+    def __init__(self, packages: tuple[str, ...]):
+        self.packages = packages
+        self._seen: dict[str, tuple[int, list[Any]]] = {}  # module -> (namespace size, its caches)
+
+    def _scan(self) -> list[Any]:
+        found: dict[int, Any] = {}  # a cache re-exported by another module (vllm.config's names) is one
+        for name, module in list(sys.modules.items()):
+            if module is None or not any(name == p or name.startswith(f"{p}.") for p in self.packages):
+                continue
+            size = len(vars(module))
+            seen = self._seen.get(name)
+            if seen is None or seen[0] != size:
+                seen = self._seen[name] = (size, _cached_functions(module))
+            found.update((id(function), function) for function in seen[1])
+        return list(found.values())
+
+    def clear(self) -> int:
+        """Clear every cache found; the number cleared."""
+        functions = self._scan()
+        for function in functions:
+            function.cache_clear()
+        return len(functions)
+
+
+_VLLM_CACHES = ProcessCaches(("vllm",))
+
+
+def reset_vllm_caches() -> None:
+    """A lane contract's per-cell reset (``Isolation``): vLLM's process-level caches cleared."""
+    _VLLM_CACHES.clear()

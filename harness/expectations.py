@@ -40,6 +40,19 @@ crash, timeout) records a bug, and must say which one (harness/findings.py)::
     finding = "hpc-attn-sinks-argument"
     reason = "..."
 
+Where the host is the machine under test (the cpu lane: CPU_ATTN's kernels depend on the CPU's
+ISA), a rule may hold for some hosts only; the lane reports its host's ISA in the run's
+environment (``host_isa``) and the run is judged by the rules that hold for it::
+
+    [[expect]]
+    when = { draft_kv_cache_dtype = "fp8" }
+    host_isa = ["avx2"]              # amx, avx512, avx2 (harness.contracts.machine.CpuIsa.isa)
+    verdict = "crash"
+    ...
+
+A rule without ``host_isa`` holds on every host; one with it holds on none where the run's host
+is unknown. The stale check judges every cell on each host the file names.
+
 A cell decided by such a rule also learns what it would get without the finding: the last
 matching rule that names no finding (or the default). That is vLLM's correct behaviour, which
 the reports compare with (a finding whose cells now get it is "fixed in X?") and a repro
@@ -64,7 +77,8 @@ from harness.matrix import Cell, Matrix, Selector, read_selector
 from harness.tomlfile import array_of_tables, only_keys, parse_release, read_toml, release_range
 from harness.verdict import FAULTS, VERDICTS, Verdict
 
-_RULE_KEYS = ("when", "vllm", "verdict", "message", "finding", "reason")
+_RULE_KEYS = ("when", "vllm", "host_isa", "verdict", "message", "finding", "reason")
+HOST_ISAS = ("amx", "avx512", "avx2", "none")
 
 
 @dataclass(frozen=True)
@@ -87,8 +101,11 @@ class Rule:
     when: Selector
     expectation: Expectation
     vllm: SpecifierSet | None = None  # the releases the rule holds for; None = every release
+    host_isa: frozenset[str] | None = None  # the host ISAs the rule holds for; None = every host
 
-    def holds_for(self, release: Version | None) -> bool:
+    def holds_for(self, release: Version | None, host_isa: str | None = None) -> bool:
+        if self.host_isa is not None and host_isa not in self.host_isa:
+            return False
         if self.vllm is None:
             return True
         # An unknown release satisfies no range; a dev build (0.34.0.dev12+g1234) is judged like its release.
@@ -102,6 +119,16 @@ class ExpectationSet:
     rules: tuple[Rule, ...] = ()
     releases: tuple[Version, ...] = ()  # the vLLM releases whose behaviour the file records
     release: Version | None = None  # the run's vLLM release, which picks the versioned rules
+    host_isa: str | None = None  # the run's host ISA, where the lane reports one (the cpu lane)
+
+    @property
+    def host_isas(self) -> tuple[str, ...]:
+        """The host ISAs some rule names: the stale check judges the cells on each."""
+        return tuple(sorted({isa for rule in self.rules for isa in rule.host_isa or ()}))
+
+    def for_host(self, host_isa: str | None) -> ExpectationSet:
+        """The same rules, judging a run on a host of ``host_isa`` (None: unknown)."""
+        return self if host_isa == self.host_isa else dataclasses.replace(self, host_isa=host_isa)
 
     def for_release(self, release: str | Version | None) -> ExpectationSet:
         """The same rules, judging a run of ``release`` (None: unknown, versioned rules hold for none)."""
@@ -112,7 +139,7 @@ class ExpectationSet:
     @functools.cached_property
     def _rules_in_force(self) -> _RuleIndex:
         # Built once per set, not per cell: a stale check judges every cell under every recorded release.
-        return _RuleIndex.of(tuple(rule for rule in self.rules if rule.holds_for(self.release)))
+        return _RuleIndex.of(tuple(rule for rule in self.rules if rule.holds_for(self.release, self.host_isa)))
 
     def for_cell(self, cell: Cell) -> Expectation:
         index = self._rules_in_force
@@ -131,6 +158,8 @@ class ExpectationSet:
     def stale_rules(self, cells: Iterable[Cell]) -> tuple[Rule, ...]:
         cells = tuple(cells)
         judged = [self.for_release(release) for release in self.releases] if self.releases else [self]
+        if self.host_isas:
+            judged = [judge.for_host(isa) for judge in judged for isa in (self.host_isa, *self.host_isas)]
         used = {expectations.for_cell(cell).rule for expectations in judged for cell in cells}
         return tuple(rule for rule in self.rules if rule.index not in used)
 
@@ -226,9 +255,17 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
                     verdict, reason, message, index, _rule_finding(path, key, verdict, table.get("finding"), findings)
                 ),
                 vllm=release_range(path, f"{key}.vllm", table["vllm"]) if "vllm" in table else None,
+                host_isa=_host_isas(path, f"{key}.host_isa", table["host_isa"]) if "host_isa" in table else None,
             )
         )
     return ExpectationSet(path=path, default=default, rules=tuple(rules), releases=releases)
+
+
+def _host_isas(path: Path, key: str, raw: object) -> frozenset[str]:
+    values = [raw] if isinstance(raw, str) else raw
+    if not isinstance(values, list) or not values or not all(isinstance(v, str) and v in HOST_ISAS for v in values):
+        raise InputError(path, key, f"{raw!r} is not a host ISA or a list of them", HOST_ISAS)
+    return frozenset(values)
 
 
 def _findings(path: Path, raw: object) -> FindingSet | None:

@@ -8,6 +8,11 @@ from typing import Any
 
 from harness.stages import Stage
 
+# How an ``unavailable`` message starts where the lane's host cannot answer what vLLM asks (a
+# real CUDA device, say): a limit of the host, not vLLM's behaviour. Reports count such cells
+# apart, and no expectation may hold them green (harness.expectations refuses such a rule).
+HOST_LIMIT = "host limit: "
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -121,6 +126,7 @@ class Observation:
                        exactly this one means the platform substituted it.
     observed_backends: the backend each draft attention layer really carries, read from the layer.
     rejection:         reasons, when the request was cleanly refused (a ValueError with reasons).
+    rejection_stage:   where it was refused: the selector (None, the default) or the engine's start-up.
     platform_refusal:  reasons the platform's selector gives for refusing the request in isolation,
                        recorded when the draft was built all the same: then no selector ever saw
                        the request, and the layers carry whatever the loader asked for instead.
@@ -145,6 +151,7 @@ class Observation:
     platform_choice: str | None = None
     observed_backends: tuple[str, ...] = ()
     rejection: tuple[str, ...] | None = None
+    rejection_stage: Stage | None = None
     platform_refusal: tuple[str, ...] | None = None
     unavailable: str | None = None
     failure: Failure | None = None

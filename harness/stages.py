@@ -15,6 +15,10 @@ class Stage(StrEnum):
     CONFIG = "config"
     SELECT = "select"
     BUILD = "build"
+    # What the engine does between building the models and serving: the block size over every
+    # layer, the KV-cache layout every backend must support, the KV-cache groups and their
+    # metadata builders. A deployment vLLM refuses here never serves a request.
+    STARTUP = "startup"
     METADATA = "metadata"
     FORWARD = "forward"
     COMPARE = "compare"

@@ -95,7 +95,8 @@ def judge(obs: Observation) -> Judgement:
     if obs.unavailable is not None:
         return Judgement(Verdict.UNAVAILABLE, None, obs.unavailable)
     if obs.rejection is not None:
-        return Judgement(Verdict.UNSUPPORTED, Stage.SELECT, "; ".join(obs.rejection) or "rejected without reasons")
+        stage = obs.rejection_stage or Stage.SELECT
+        return Judgement(Verdict.UNSUPPORTED, stage, "; ".join(obs.rejection) or "rejected without reasons")
     if not obs.observed_backends:
         return Judgement(Verdict.CRASH, Stage.BUILD, "lane reported no draft attention layer")
     wanted = obs.requested_backend

@@ -243,6 +243,18 @@ def budget_bytes(vllm_config: Any, blocks: int) -> int:
     return pages * (blocks + len(kinds) - 1)
 
 
+def pool_bytes(vllm_config: Any) -> int:
+    """A KV pool that holds what the cell's target and draft need: twice what the engine core checks
+    the pool against (every layer's ``max_memory_usage_bytes``, one max_model_len request; a hybrid
+    layout's groups claim blocks in each) plus the null block of each layer. A selection lane stands
+    for a GPU with memory to spare for one request; no kernel reads the pool. The caller holds
+    ``set_current_vllm_config``."""
+    from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+    specs = get_kv_cache_spec(vllm_config).values()
+    return 2 * sum(int(spec.max_memory_usage_bytes(vllm_config)) + int(spec.page_size_bytes) for spec in specs)
+
+
 def lay_out(
     vllm_config: Any,
     draft_layers: set[str],

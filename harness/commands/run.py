@@ -1,6 +1,6 @@
 """Run a lane's matrix here, in the env you already have, with the same reports as tox.
 
-    dflash-matrix run selection [--report-dir DIR] [-n 2] [--resume] [-- PYTEST ARGS]
+    dflash-matrix run selection [--report-dir DIR] [-n 2] [--resume] [--order ORDER] [-- PYTEST ARGS]
 
 LANE_OR_MATRIX is a shipped matrix (cpu, selection, gpu, ...) or a matrix file. The run is a
 pytest session of the dflash-matrix plugin, and of the plugins the lane's contract names (the
@@ -22,6 +22,8 @@ from pathlib import Path
 from harness.bundled import matrix_path, shipped_matrices
 from harness.errors import InputError
 from harness.matrix import Matrix, load_matrix
+from harness.order import CHOICES as ORDER_CHOICES
+from harness.order import parse_order
 
 PLUGIN = "harness.plugins.matrix"
 
@@ -31,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report-dir", metavar="DIR", help="journal and reports (default: reports/<matrix name>)")
     parser.add_argument("-n", "--workers", type=int, default=0, metavar="N", help="pytest-xdist workers (default 0)")
     parser.add_argument("--resume", action="store_true", help="keep the journal and skip cells it already holds")
+    parser.add_argument(
+        "--order",
+        default="default",
+        metavar="ORDER",
+        help=f"the order cells run in: {', '.join(ORDER_CHOICES)}; every cell's verdict must be the same in each",
+    )
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: passed to pytest (-k, -x, ...)")
 
 
@@ -61,11 +69,13 @@ def pytest_arguments(args: argparse.Namespace, matrix: Matrix, report_dir: Path)
         arguments += ["-n", str(args.workers), "--dist", "loadgroup"]
     if args.resume:
         arguments.append("--resume")
+    arguments += ["--order", str(parse_order(args.order))]
     # REMAINDER also takes run's own options given after the matrix (--report-dir is pytest's too).
     return arguments + [argument for argument in args.pytest_args if argument != "--"]
 
 
 def run(args: argparse.Namespace) -> int:
+    parse_order(args.order)  # a bad order is one line before anything runs
     path = matrix_path(args.matrix)
     if not path.exists():
         raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())

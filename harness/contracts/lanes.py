@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from harness.axes import AxisValue, capability_token
+from harness.contracts.machine import SIMULATED_MACHINE
 from harness.contracts.model import (
     Conflict,
     Contract,
+    Isolation,
     Limit,
     OptionValueError,
     Preload,
@@ -74,6 +76,13 @@ CPU = Contract(
     defaults={"dtype": "bfloat16", "loader": "v2"},
     limits=_WEIGHTED_TARGETS,
     options=CpuOptions,
+    isolation=Isolation(
+        reset="harness.cell_process:reset_vllm_caches",
+        why=(
+            "every functools cache of the loaded vllm modules is cleared before each cell (docs/explanation/"
+            "isolation.md); the targets the process builds once per dtype are the lane's own, each under its own config"
+        ),
+    ),
     preload=Preload(
         modules=(
             "torch",
@@ -169,6 +178,10 @@ GPU_EMULATED = Contract(
     limits=_WEIGHTED_TARGETS,
     options=GpuEmulatedOptions,
     key=_capability_process,
+    isolation=Isolation(
+        reset="harness.cell_process:reset_vllm_caches",
+        why="every functools cache of the loaded vllm modules is cleared before each cell, as in the selection lane",
+    ),
     # Not transformers.modeling_utils: it imports Triton, whose kernels must see
     # TRITON_INTERPRET=1 first (harness.cuda.interpreted_kernels sets it in the cell process).
     preload=Preload(
@@ -242,6 +255,16 @@ SELECTION = Contract(
     ),
     options=SelectionOptions,
     key=_selection_process,
+    machine=SIMULATED_MACHINE,
+    isolation=Isolation(
+        reset="harness.cell_process:reset_vllm_caches",
+        why=(
+            "every functools cache of the loaded vllm modules is cleared before each cell (the selector's "
+            "_cached_get_attn_backend, the platform's backend priorities, FlashInfer and config helpers: "
+            "docs/explanation/isolation.md); what a cache keyed without the capability or FlashInfer's cubin "
+            "setting holds is the process key's, the same for every cell of the process"
+        ),
+    ),
     # The two after transformers are what a selection cell process imported next, outside vLLM,
     # that depends on no platform (benchmarks/README.md has the profile): ml_dtypes and openai
     # (vLLM's protocol types) load the same for every process key. Not xgrammar (its tvm_ffi

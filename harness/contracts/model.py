@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, AxisValue
+from harness.contracts.machine import Machine
 from harness.errors import InputError
 
 # Turns a TOML value into the option's value, or raises OptionValueError.
@@ -162,6 +163,20 @@ class Preload:
 
 
 @dataclass(frozen=True)
+class Isolation:
+    """What a cell process resets before each cell, so that a verdict never depends on the cells
+    the process ran before it (``harness.order`` lets anyone check).
+
+    reset: ``module:function`` the cell process calls before every cell; None where nothing
+           outlives a cell.
+    why:   what it clears and why that is enough (the audit: docs/explanation/isolation.md).
+    """
+
+    reset: str | None = None
+    why: str = "no state outlives a cell"
+
+
+@dataclass(frozen=True)
 class Contract:
     """A lane's contract.
 
@@ -180,6 +195,9 @@ class Contract:
     plugins:  pytest plugins a run of the lane needs besides the matrix plugin (``-p`` each):
               ``dflash-matrix run`` loads them, and the matrix plugin refuses a run without
               them, so every entry path (tox, the workflows, a user's ``run``) runs the same.
+    isolation: what its cell processes reset before each cell.
+    machine:  the machine its verdicts stand for, answered to vLLM whatever the host
+              (``harness.contracts.machine``); None where the host is the machine under test.
     """
 
     name: str
@@ -193,6 +211,8 @@ class Contract:
     key: Callable[[Mapping[str, AxisValue]], str] | None = None
     preload: Preload = Preload()
     plugins: tuple[str, ...] = ()
+    isolation: Isolation = Isolation()
+    machine: Machine | None = None
 
     @property
     def option_names(self) -> tuple[str, ...]:

@@ -16,6 +16,11 @@ SM80/SM90/SM100/SM120. That code runs on a CPU-only host once three things hold,
 Several selection helpers are ``functools.cache``d without the capability in their key,
 so one process simulates exactly one (capability, FlashInfer cubin) pair: ``install``
 refuses a second, different one.
+
+The machine is the simulation's, never the host's: every question vLLM asks ``torch.cpu`` (the
+ISA: CPU_ATTN's fp8 KV check) and ``torch.cuda`` (device properties: ROCm backends' GCN arch,
+TRITON_ATTN's SM count) is answered from the ``SimulatedGpu``'s declared values, which the lane
+takes from its contract's ``Machine`` (``harness.contracts.machine``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ from harness.cuda.stub_driver import STUB_LIBRARY, StubBuildError, load_libcuda
 
 _STUB_MARKER = "dflash_matrix_libcuda_stub"
 _DEVICE_MEMORY_BYTES = 80 << 30
+_H100_SM_COUNT = 132
+# torch.cpu.get_capabilities()'s key for each flag, where it differs from the flag's name.
+_CAPABILITY_KEYS = {"avx512": "avx512_f", "vnni": "avx512_vnni"}
+# What a GPU server's CPU answers (harness.contracts.machine.GPU_SERVER_CPU, repeated here as plain
+# data: this package imports nothing of the harness). The lanes pass their contract's own.
+_SERVER_CPU = (
+    ("avx2", True),
+    ("avx512", True),
+    ("vnni", True),
+    ("avx512_bf16", False),
+    ("amx_tile", False),
+    ("amx_fp16", False),
+)
 
 
 class SimulationError(RuntimeError):
@@ -57,6 +75,10 @@ class SimulatedGpu:
 
     capability: str
     flashinfer_cubin: bool
+    sm_count: int = _H100_SM_COUNT
+    memory_bytes: int = _DEVICE_MEMORY_BYTES
+    # (flag, answer) for each ``torch.cpu._is_<flag>_supported`` vLLM asks.
+    cpu_flags: tuple[tuple[str, bool], ...] = _SERVER_CPU
 
     @property
     def major_minor(self) -> tuple[int, int]:
@@ -95,6 +117,25 @@ class Installed:
     gpu: SimulatedGpu
     platform: Any
     libcuda: str  # "stub" or "driver"
+
+
+@dataclass(frozen=True)
+class SimulatedDeviceProperties:
+    """``torch.cuda.get_device_properties`` of the simulated GPU: the fields vLLM 0.24.0-0.34.0
+    read. ``gcnArchName`` is the device name, as torch's CUDA build reuses ``name`` for this
+    HIP-only field: vLLM's ROCm module reads it at import (``platforms/rocm.py`` _get_gcn_arch)."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+    is_integrated: bool = False
+    warp_size: int = 32
+
+    @property
+    def gcnArchName(self) -> str:
+        return self.name
 
 
 _installed: Installed | None = None
@@ -136,6 +177,7 @@ def install(gpu: SimulatedGpu) -> Installed:
         )
     libcuda = _load_libcuda()
     os.environ.update(gpu.environment(closed_loopback_url()))
+    _answer_machine_questions(gpu)
     simulated: list[Any] = []
 
     def simulate(platforms: ModuleType) -> None:
@@ -149,7 +191,7 @@ def install(gpu: SimulatedGpu) -> Installed:
         platform_cls = cuda.CudaPlatform
         platform_cls.get_device_capability = classmethod(lambda cls, device_id=0: capability)
         platform_cls.get_device_name = classmethod(lambda cls, device_id=0: gpu.device_name)
-        platform_cls.get_device_total_memory = classmethod(lambda cls, device_id=0: _DEVICE_MEMORY_BYTES)
+        platform_cls.get_device_total_memory = classmethod(lambda cls, device_id=0: gpu.memory_bytes)
         platform_cls.is_fully_connected = classmethod(lambda cls, physical_device_ids: True)
         platform_cls.device_count = classmethod(lambda cls: 1)
         # Page-locked host memory needs the driver; Model Runner V1's proposer buffers ask for it.
@@ -169,6 +211,30 @@ def install(gpu: SimulatedGpu) -> Installed:
     platform = simulated[0]
     _installed = Installed(gpu, platform, libcuda)
     return _installed
+
+
+def _answer_machine_questions(gpu: SimulatedGpu) -> None:
+    """Answer what vLLM asks torch about the machine from ``gpu``, before vLLM is imported.
+
+    Both are looked up on the module at call time by vLLM (``torch.cpu._is_avx512_supported()``,
+    ``torch.cuda.get_device_properties(...)``), so replacing the module attributes reaches every
+    caller. Only device description is answered: ``torch.cuda.is_available()`` and the device
+    count stay the host's (no tensor may go to a device that does not exist)."""
+    import torch
+
+    # torch.cpu.get_capabilities() under its own keys (torch 2.14's _is_*_supported read it; vLLM
+    # reads it directly too, model_executor/layers/utils.py), and each _is_*_supported besides, for
+    # the torch releases whose questions go to C directly.
+    flags = dict(gpu.cpu_flags)
+    capabilities = {"architecture": "x86_64", **{_CAPABILITY_KEYS.get(f, f): on for f, on in flags.items()}}
+    torch.cpu.get_capabilities = lambda: dict(capabilities)
+    for flag, answer in flags.items():
+        setattr(torch.cpu, f"_is_{flag}_supported", lambda answer=answer: answer)
+    major, minor = gpu.major_minor
+    properties = SimulatedDeviceProperties(gpu.device_name, major, minor, gpu.memory_bytes, gpu.sm_count)
+    torch.cuda.get_device_properties = lambda device=None: properties
+    torch.cuda.get_device_capability = lambda device=None: (major, minor)
+    torch.cuda.get_device_name = lambda device=None: gpu.device_name
 
 
 def _after_module_executes(name: str, callback: Callable[[ModuleType], None]) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from harness.contracts.lanes import CPU, CpuOptions
+from harness.contracts.machine import CPU_FLAGS, HOST_ISA, cpu_isa_from_flags
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
 from harness.releases.provenance import installed_version
@@ -81,6 +82,11 @@ class CpuLane:
             "device": "cpu",
             "cpu": platform.processor() or platform.machine(),
             "amx": str(bool(torch.cpu._is_amx_tile_supported())),
+            # The host is the machine under test here: CPU_ATTN's kernels (and its fp8 KV cache)
+            # depend on the ISA, asked as vLLM asks it. The expectations' host_isa rules read it.
+            HOST_ISA: cpu_isa_from_flags(
+                {flag: bool(getattr(torch.cpu, f"_is_{flag}_supported")()) for flag in CPU_FLAGS}
+            ).isa,
             "torch_threads": str(torch.get_num_threads()),
             "python": platform.python_version(),
         }

@@ -24,6 +24,8 @@ from harness.errors import EXIT_BAD_INPUT, InputError
 from harness.expectations import ExpectationSet, describe_stale, expectations_for
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, read_journals
 from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.order import CHOICES as ORDER_CHOICES
+from harness.order import CellOrder, parse_order
 from harness.releases.provenance import installed_vllm
 from harness.result import CellResult
 from harness.runner.session import MatrixSession, lane_groups_cells
@@ -43,6 +45,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="MODULE:FUNCTION",
         help="call FUNCTION(lane) in each cell process before its first cell (planted-fault runs)",
     )
+    group.addoption(
+        "--order",
+        default="default",
+        metavar="ORDER",
+        help=f"the order cells run in: {', '.join(ORDER_CHOICES)} (a verdict must not depend on it)",
+    )
 
 
 class MatrixPlugin:
@@ -55,10 +63,13 @@ class MatrixPlugin:
 
     name = "dflash-matrix-run"
 
-    def __init__(self, config: pytest.Config, matrix: Matrix, expectations: ExpectationSet, report_dir: Path):
+    def __init__(
+        self, config: pytest.Config, matrix: Matrix, expectations: ExpectationSet, report_dir: Path, order: CellOrder
+    ):
         self.config = config
         self.matrix = matrix
         self.expectations = expectations
+        self.order = order
         self.report_dir = report_dir
         self.journal_dir = report_dir / JOURNAL_DIR
         self.worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
@@ -124,7 +135,7 @@ class MatrixPlugin:
             resumed=resumed,
         )
         planned = [item.cell.id for item in session.items if isinstance(item, CellItem)]
-        self.session.start(planned, matrix_path=_relative(self.matrix.path), worker=self.worker)
+        self.session.start(planned, matrix_path=_relative(self.matrix.path), worker=self.worker, order=str(self.order))
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.session is not None:
@@ -154,10 +165,11 @@ def pytest_configure(config: pytest.Config) -> None:
         matrix = load_matrix(matrix_path(path))
         _require_lane_plugins(config, matrix)
         expectations = expectations_for(matrix, installed_vllm())
+        order = parse_order(config.getoption("order"))
     except InputError as error:
         pytest.exit(f"dflash-matrix: {error.line()}", returncode=EXIT_BAD_INPUT)
     report_dir = Path(config.getoption("report_dir") or Path("reports") / matrix.name)
-    plugin = MatrixPlugin(config, matrix, expectations, report_dir)
+    plugin = MatrixPlugin(config, matrix, expectations, report_dir, order)
     config.pluginmanager.register(plugin, MatrixPlugin.name)
     if plugin.is_controller and not config.getoption("resume"):
         # The controller writes the reports at the end anyway; workers never load that code.
@@ -199,7 +211,7 @@ class MatrixFile(pytest.File):
         matrix = self.plugin.matrix
         group = lane_groups_cells(matrix)
         cells = expand(matrix)
-        for cell in sorted(cells, key=matrix.process_key):
+        for cell in self.plugin.order.arrange(cells, matrix.process_key):
             item = CellItem.from_parent(self, name=cell.id, cell=cell, plugin=self.plugin)
             if group:
                 # Keep cells of one process key on one xdist worker: its cell process stays warm.

@@ -51,7 +51,7 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "cudagraph": ("eager",),
     "loader": ("v2",),
 }
-_FAILED_AFTER_SELECTION = (Stage.BUILD, Stage.METADATA, Stage.FORWARD, Stage.COMPARE)
+_FAILED_AFTER_SELECTION = (Stage.BUILD, Stage.STARTUP, Stage.METADATA, Stage.FORWARD, Stage.COMPARE)
 
 
 class Observed(StrEnum):
@@ -162,9 +162,7 @@ def check_drift(table: BackendTable, rows: Sequence[CellRun], run_meta: dict[str
             backend = str(row.cell.axes["backend"])
             capability = _capability(row, run_meta.get(row.run, {}))
             applicable = table.rows_for(backend, capability, feature)
-            documented = tuple(
-                f"{r.label}: {SUPPORTED if r.documents(feature) else UNSUPPORTED}" for r in applicable
-            )
+            documented = tuple(f"{r.label}: {SUPPORTED if r.documents(feature) else UNSUPPORTED}" for r in applicable)
             values = {r.documents(feature) for r in applicable}
 
             if not values:

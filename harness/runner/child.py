@@ -88,6 +88,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
         if preload_failure is not None:
             raise RuntimeError(preload_failure)
         matrix = load_matrix(request.matrix_path).with_options(request.options)
+        isolation = CONTRACTS[matrix.lane].isolation
         lane = create_lane(matrix)
         for plant in request.plants:
             resolve(plant)(lane)
@@ -108,6 +109,9 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
         stages.reset()
         started = time.perf_counter()
         try:
+            if isolation.reset is not None:
+                # Looked up per cell: a planted fault may replace it (tests/core/test_isolation.py).
+                resolve(isolation.reset)()
             observation = lane.observe(cell, stages)
         except Exception as exc:
             observation = _escaped(lane, cell, stages.current, exc)

@@ -10,9 +10,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.contracts.machine import HOST_ISA
 from harness.expectations import ExpectationSet, describe_release, describe_stale, expectations_for
 from harness.journal import JournalWriter, now_iso
 from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.order import DEFAULT, CellOrder
 from harness.releases.provenance import installed_vllm
 from harness.result import CellResult, decide
 from harness.runner import warm
@@ -27,8 +29,9 @@ def lane_groups_cells(matrix: Matrix) -> bool:
     return len({matrix.process_key(cell) for cell in expand(matrix)}) > 1
 
 
-def plan(matrix: Matrix, cell_ids: Iterable[str] | None = None) -> tuple[Cell, ...]:
-    """The cells to run, those of one process key together (each key's process starts once)."""
+def plan(matrix: Matrix, cell_ids: Iterable[str] | None = None, order: CellOrder = DEFAULT) -> tuple[Cell, ...]:
+    """The cells to run, those of one process key together (each key's process starts once), in
+    ``order`` (``harness.order``)."""
     cells = expand(matrix)
     if cell_ids is not None:
         wanted = set(cell_ids)
@@ -36,7 +39,7 @@ def plan(matrix: Matrix, cell_ids: Iterable[str] | None = None) -> tuple[Cell, .
         if unknown:
             raise KeyError(f"no such cells in {matrix.path}: {sorted(unknown)}")
         cells = tuple(cell for cell in cells if cell.id in wanted)
-    return tuple(sorted(cells, key=matrix.process_key))
+    return order.arrange(cells, matrix.process_key)
 
 
 class MatrixSession:
@@ -64,9 +67,18 @@ class MatrixSession:
             matrix,
             plants,
             options=dict(options or {}),
-            on_environment=journal.env if journal else None,
+            on_environment=self._lane_environment,
             shared_warm=shared_warm,
         )
+
+    def _lane_environment(self, environment: dict[str, Any]) -> None:
+        """What a cell process's lane reports about its run. A lane whose host is the machine
+        under test reports the host's ISA as vLLM sees it (``host_isa``, after any plant): the
+        cells are judged by the rules that hold on that host."""
+        if HOST_ISA in environment:
+            self.expectations = self.expectations.for_host(str(environment[HOST_ISA]))
+        if self.journal is not None:
+            self.journal.env(environment)
 
     def start(self, planned: Sequence[str], **run: object) -> None:
         """Journal the run's header: what is planned, and ``run`` (who runs it, where)."""
@@ -109,6 +121,7 @@ def run_matrix(
     plants: Sequence[str] = (),
     cell_ids: Iterable[str] | None = None,
     options: dict[str, Any] | None = None,
+    order: CellOrder = DEFAULT,
 ) -> list[CellResult]:
     """Run (some) cells of a matrix outside pytest and judge them: the API planted-fault tests use.
 
@@ -123,6 +136,6 @@ def run_matrix(
     expectations = expectations_for(matrix, installed_vllm())
     session = MatrixSession(matrix, expectations, plants, options, shared_warm=warm.SHARED)
     try:
-        return [session.run(cell)[0] for cell in plan(matrix, cell_ids)]
+        return [session.run(cell)[0] for cell in plan(matrix, cell_ids, order)]
     finally:
         session.close()

@@ -270,3 +270,36 @@ def test_no_shipped_rule_is_stale_in_any_recorded_release(path: Path) -> None:
     caught here in milliseconds instead."""
     matrix = load_matrix(path)
     assert describe_stale(expectations_for(matrix), expand(matrix)) == []
+
+
+HOST_RULES = (
+    RULES
+    + """
+[[expect]]
+when = { backend = "CPU_ATTN", sink = true }
+host_isa = ["avx2"]
+verdict = "crash"
+finding = "bf16-noncausal-drift"
+reason = "the kernel this host's ISA selects has no sink path"
+"""
+)
+
+
+def test_a_host_isa_rule_holds_only_where_the_lane_reports_that_host(tmp_path: Path) -> None:
+    matrix = matrix_from(tmp_path, expectations=HOST_RULES)
+    expectations = expectations_for(matrix)
+    assert expectations.host_isas == ("avx2",)
+    sink = cell_named(matrix, "CPU_ATTN-causal-sink-bf16")
+    assert expectations.for_cell(sink).verdict != Verdict.CRASH  # host unknown: the rule holds for none
+    assert expectations.for_host("avx512").for_cell(sink).verdict != Verdict.CRASH
+    assert expectations.for_host("avx2").for_cell(sink).verdict == Verdict.CRASH
+    # Judged on each host it names, the rule decides cells: not stale on an AVX-512 run either.
+    assert 3 not in [rule.index for rule in expectations.for_host("avx512").stale_rules(expand(matrix))]
+
+
+@pytest.mark.parametrize("value", ['"avx9"', "[]", "3", '["avx2", "sse"]'])
+def test_a_host_isa_that_is_no_isa_is_one_input_error(tmp_path: Path, value: str) -> None:
+    rules = HOST_RULES.replace('host_isa = ["avx2"]', f"host_isa = {value}")
+    with pytest.raises(InputError) as error:
+        expectations_for(matrix_from(tmp_path, expectations=rules))
+    assert "expect[3].host_isa" in error.value.line() and "avx512" in error.value.line()

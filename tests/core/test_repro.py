@@ -213,7 +213,8 @@ def test_an_over_claims_script_takes_the_refusal_or_a_pass_and_a_harness_limit_k
     tmp_path: Path,
 ) -> None:
     matrix = load_matrix(matrix_path("selection"))
-    expectations = expectations_for(matrix, "0.33.0")
+    # 0.32.0: recorded before the lane declared its machine, its ROCm cells still hold a harness limitation.
+    expectations = expectations_for(matrix, "0.32.0")
     cells = {c.id: c for c in expand(matrix)}
     hpc = next(c for c in cells.values() if c.get("backend") == "HPC_ATTN" and expectations.for_cell(c).finding)
     rocm = next(
@@ -225,7 +226,7 @@ def test_an_over_claims_script_takes_the_refusal_or_a_pass_and_a_harness_limit_k
         recorded = decide(cell, built_nothing, expectations.for_cell(cell)).to_json()
         document = {
             "schema": "dflash-matrix/2",
-            "runs": [{**RUN, "vllm_version": "0.33.0"}],
+            "runs": [{**RUN, "vllm_version": "0.32.0"}],
             "cells": [{**recorded, "run": RUN["key"]}],
         }
         (tmp_path / "matrix.json").write_text(json.dumps(document))

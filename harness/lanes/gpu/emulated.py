@@ -76,7 +76,8 @@ class EmulatedHost:
         from harness.cuda.simulated import SimulatedGpu, install
 
         interpreted_kernels.prepare()
-        gpu = SimulatedGpu(capability, flashinfer_cubin=False)
+        # torch.cuda answers the same SM count the interpreted kernels are given (HostGpu).
+        gpu = SimulatedGpu(capability, flashinfer_cubin=False, sm_count=self.sm_count(capability))
         install(gpu)
         self.patches = dict(
             interpreted_kernels.apply(interpreted_kernels.HostGpu(gpu.major_minor, self.sm_count(capability)))

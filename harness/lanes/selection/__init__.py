@@ -48,7 +48,18 @@ def gpu_for(cell: Cell) -> SimulatedGpu:
 
 
 def _gpu(values: Mapping[str, AxisValue]) -> SimulatedGpu:
-    return SimulatedGpu(str(values.get("capability")), bool(SELECTION.value(values, "flashinfer_cubin")))
+    """The process key's GPU, with the answers the lane's declared machine gives to what vLLM asks
+    torch about it (harness.contracts.machine): the host's own are never consulted."""
+    capability = str(values.get("capability"))
+    assert SELECTION.machine is not None
+    declared = SELECTION.machine.gpu(capability)
+    return SimulatedGpu(
+        capability,
+        bool(SELECTION.value(values, "flashinfer_cubin")),
+        sm_count=declared.sm_count,
+        memory_bytes=declared.memory_bytes,
+        cpu_flags=tuple(SELECTION.machine.cpu.flags().items()),
+    )
 
 
 # Set in a process key's warm parent (harness.runner.warm, Preload.per_key) and so in every cell
@@ -100,6 +111,8 @@ class SelectionLane:
         env = {
             "lane": SELECTION.name,
             "platform": "CudaPlatform, simulated (no GPU, no kernels run)",
+            # What every question vLLM asks about the machine was answered with (never the host's).
+            "machine": SELECTION.machine.describe() if SELECTION.machine else "the host's",
             # One run covers every generation its matrix lists, one cell process each.
             "device": "simulated " + ", ".join(capability_token(c).upper() for c in capabilities),
         }

@@ -22,9 +22,16 @@ from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.lanes.selection.census import census, not_in_matrix
-from harness.lanes.selection.rejections import NO_DRIVER, SELECTED, rejection_reasons
+from harness.lanes.selection.rejections import (
+    NO_DRIVER,
+    SELECTED,
+    StartupStop,
+    host_limit,
+    rejection_reasons,
+    startup_stop,
+)
 from harness.matrix import Cell
-from harness.observation import Claim, Failure, Observation, one_line
+from harness.observation import HOST_LIMIT, Claim, Failure, Observation, one_line
 from harness.stages import Stage, StageLog
 
 
@@ -68,6 +75,8 @@ class BuiltDraft:
     settings: tuple[dict[str, Any], ...]
     kv_cache: KvCacheLayout | None
     kv_cache_missing: str | None = None
+    # What the engine's start-up did with these layers where it did not lay the cache out.
+    startup: StartupStop | None = None
 
 
 class _V1Refusal(Exception):
@@ -152,6 +161,8 @@ class ProcessState:
         except ApiUnavailable as why:
             return Observation(requested_backend=requested, unavailable=str(why), details=details)
         except Exception as error:
+            if NO_DRIVER in str(error):
+                return Observation(requested_backend=requested, unavailable=host_limit(error), details=details)
             return Observation(requested_backend=requested, failure=_failure(Stage.SELECT, error), details=details)
         details.update(selection.details)
         platform_choice = selection.explicit if requested else selection.auto
@@ -161,7 +172,7 @@ class ProcessState:
         seen = functools.partial(Observation, requested_backend=requested, claim=selection.claim, details=details)
         stage_log(Stage.BUILD)
         try:
-            layers = self.build_draft(cell, loader)
+            layers = self.build_draft(cell, loader, stage_log)
         except _V1Refusal as refusal:
             # vLLM's own answer for Model Runner V1 (VllmConfig._validate_v1_model_runner).
             details["draft"] = "not built: Model Runner V1 refuses the config"
@@ -193,7 +204,8 @@ class ProcessState:
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         except Exception as error:
             if NO_DRIVER in str(error):
-                details["draft"] = "not built: constructing it needs a real CUDA device (host limit, not a verdict)"
+                details["draft"] = "not built: constructing it needs a real CUDA device"
+                return seen(platform_choice=platform_choice, unavailable=host_limit(error))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         details["draft_layers"] = [
             f"{name}: {backend} ({impl}, kv {settings.get('kv_cache_dtype', '')})"
@@ -208,6 +220,18 @@ class ProcessState:
         spec, _ = draft_spec(cell)
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
+        if layers.startup is not None:
+            # The engine stops at start-up with these layers: no request is ever served, so that is
+            # the verdict, whatever the layers carry (their settings stay in the details).
+            halted = layers.startup
+            details["kv_cache"] = f"not laid out: the engine's start-up stops ({halted.path})"
+            details["startup"] = {"path": halted.path, "message": halted.message}
+            if halted.kind == "refusal":
+                return seen(platform_choice=platform_choice, rejection=(halted.message,), rejection_stage=Stage.STARTUP)
+            if halted.kind == "host-limit":
+                return seen(platform_choice=platform_choice, unavailable=f"{HOST_LIMIT}{halted.message}")
+            failure = Failure(Stage.STARTUP, halted.error_type, halted.message)
+            return seen(platform_choice=platform_choice, failure=failure)
         if layers.kv_cache is None:
             details["kv_cache"] = f"not laid out: {layers.kv_cache_missing}"
         else:
@@ -291,7 +315,7 @@ class ProcessState:
         return selection
 
     # -- the draft --------------------------------------------------------
-    def build_draft(self, cell: Cell, loader: str) -> BuiltDraft:
+    def build_draft(self, cell: Cell, loader: str, stage_log: StageLog) -> BuiltDraft:
         """Build the draft through vLLM's real loader, as the cpu and gpu lanes do
         (``harness.attention.draft``), on device cpu, and read every attention layer it carries:
         its backend, impl and the settings the audit compares (``harness.attention.audit``)."""
@@ -340,21 +364,16 @@ class ProcessState:
             )
             missing = kv_cache.missing_api()
             layout = None
+            startup = None
             if missing is None:
+                stage_log(Stage.STARTUP)
                 try:
                     layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
-                except ValueError as error:
-                    # vLLM's own refusal of the layout (select_common_block_size finding no kernel
-                    # block for a group, ...): named, not yet judged. Whether an engine reaches it
-                    # with this config (update_block_size_for_backend may size the block first)
-                    # is open: docs/explanation/target-draft-seam.md, 2.4.
-                    missing = f"vLLM refused the layout: {one_line(error, 300)}"
-                except RuntimeError as error:
-                    if NO_DRIVER not in str(error):
-                        raise
-                    # A metadata builder that asks the physical device (TRITON_ATTN's on SM120
-                    # asks its SM count): a host limit, not a fact about the draft.
-                    missing = f"a metadata builder asks the physical device ({one_line(error, 200)})"
+                except Exception as error:
+                    # What the engine's start-up does with these layers: a refusal vLLM documents
+                    # (no KV-cache layout every backend supports), an unexpected raise, or a
+                    # question this host cannot answer (rejections.startup_stop).
+                    startup = startup_stop(error)
         return BuiltDraft(
             names=tuple(name for name, _ in modules),
             backends=tuple(module.get_attn_backend().get_name() for _, module in modules),
@@ -362,6 +381,7 @@ class ProcessState:
             settings=settings,
             kv_cache=layout,
             kv_cache_missing=missing,
+            startup=startup,
         )
 
     def lay_out_kv_cache(
@@ -384,7 +404,9 @@ class ProcessState:
             attention = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
             speculator = kv_cache.v2_speculator(attention, draft_layers, device)
         settle_kv_cache(config, list(kv_cache.attention_layers(config).values()))
-        return kv_cache.lay_out(config, draft_layers, device, speculator)
+        # A pool sized from what the cell's target and draft need (kv_cache.pool_bytes): a fixed
+        # 4 MiB was below one request with head-256 or fp32 pages, a refusal no 80 GiB GPU gives.
+        return kv_cache.lay_out(config, draft_layers, device, speculator, kv_cache.pool_bytes(config))
 
     def engine_config(self, cell: Cell) -> Any:
         """A fresh VllmConfig per draft (``harness.attention.draft.engine_config``, as the cpu and

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
+
+from harness.observation import HOST_LIMIT, one_line
 
 # The backend a loader selected (and then refused) for a draft's layers.
 SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not valid")
@@ -23,3 +26,51 @@ def rejection_reasons(error: ValueError) -> tuple[str, ...]:
     except (ValueError, SyntaxError):
         return (found.group(1)[1:-1],)  # an import error vLLM formatted without quotes
     return tuple(str(reason) for reason in reasons) if isinstance(reasons, list) else (str(reasons),)
+
+
+def host_limit(error: BaseException) -> str:
+    """The ``unavailable`` message of a cell this host cannot answer for (never a verdict on vLLM)."""
+    return f"{HOST_LIMIT}vLLM asks for a real CUDA device ({type(error).__name__}: {one_line(error, 300)})"
+
+
+# vLLM 0.33.0's refusal of a set of backends no KV-cache layout serves together: the engine core
+# stops here at start-up, before memory profiling (v1/engine/core.py EngineCore._initialize_kv_caches
+# -> Executor.get_supported_kv_cache_layouts -> WorkerBase.get_supported_kv_cache_layouts ->
+# v1/attention/backends/utils.py get_supported_kv_cache_layouts, which raises on an empty intersection).
+NO_COMMON_LAYOUT = "No KV cache layout satisfies every supported set"
+_LAYOUT_PATH = (
+    "v1/engine/core.py EngineCore._initialize_kv_caches -> WorkerBase.get_supported_kv_cache_layouts -> "
+    "v1/attention/backends/utils.py get_supported_kv_cache_layouts"
+)
+# Everything else the lane runs of the start-up (harness.attention.draft.settle_kv_cache, then
+# harness.attention.kv_cache.lay_out): the block size over every layer, the layout, the KV-cache
+# groups and config, Model Runner V2's init_attn_backend (each group's metadata builder) and
+# init_kv_cache.
+_STARTUP_PATH = (
+    "platform.update_block_size_for_backend -> resolve_kv_cache_layout -> get_kv_cache_configs -> "
+    "v1/worker/gpu/attn_utils.py init_attn_backend (metadata builders) -> init_kv_cache"
+)
+
+
+@dataclass(frozen=True)
+class StartupStop:
+    """What the engine's start-up does with a cell's built target and draft where it stops.
+
+    kind: ``refusal`` (a stop vLLM documents: unsupported at stage startup), ``crash`` (an
+          unexpected raise: a finding where it is vLLM's bug) or ``host-limit`` (a question this
+          host cannot answer).
+    """
+
+    kind: str
+    path: str
+    error_type: str
+    message: str
+
+
+def startup_stop(error: BaseException) -> StartupStop:
+    text = one_line(error, 600)
+    if NO_COMMON_LAYOUT in str(error):
+        return StartupStop("refusal", _LAYOUT_PATH, type(error).__name__, text)
+    if NO_DRIVER in str(error):
+        return StartupStop("host-limit", _STARTUP_PATH, type(error).__name__, host_limit(error)[len(HOST_LIMIT) :])
+    return StartupStop("crash", _STARTUP_PATH, type(error).__name__, text)
