@@ -16,7 +16,8 @@ that gave none in a release that otherwise ran is marked so and never counted as
 runs are merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per
 release) and history.md / history.json: a row per cell, a column per release, each release where
 the cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
-Exit status 0 once the reports are written.
+Exit status 0 once the reports are written; 1 when no release ran; 2 on bad input, or when another
+run is writing --out (the line names its pid).
 """
 
 from __future__ import annotations

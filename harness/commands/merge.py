@@ -11,7 +11,8 @@ matrix.md (one grid per lane: backend x (causal, sink, window) rows, device / vL
 columns) and matrix.html (self-contained, filterable). Appends matrix.md to
 $GITHUB_STEP_SUMMARY when that is set.
 
-Exit status: 0 when the reports were written, 2 on bad input (nothing is written).
+Exit status: 0 when the reports were written, 2 on bad input (nothing is written): also an --out that
+is an input, a full disk (the previous set stays whole), or another merge writing --out.
 """
 
 from __future__ import annotations

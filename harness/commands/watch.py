@@ -21,7 +21,9 @@ watch.json list them all (watch.md also goes to $GITHUB_STEP_SUMMARY).
 
 Exit status: 0 when every watched release gave a delta, an empty one or one whose install failed
 (a changed cell is news, not a failure); 1 when the harness itself failed (a lane that wrote no
-report, an index that could not be asked); 2 on bad options, before anything is installed.
+report, an index that could not be asked); 2 on bad options, before anything is installed (also a
+--report that is broken, ran another vLLM than its label or a recorded release, and an --out another
+watch is writing: the line names its pid).
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ reason = "served"
 """
 # The lane child: records its pid and its grandchild's, then waits (a lane that runs for minutes).
 LANE = """#!/bin/sh
-echo $$ > "$DFLASH_TEST_PIDS/child"
+echo $$ > "$FAKE_LANE_PIDS/child"
 sleep 300 &
-echo $! > "$DFLASH_TEST_PIDS/grandchild"
+echo $! > "$FAKE_LANE_PIDS/grandchild"
 wait
 """
 
@@ -89,7 +89,7 @@ def test_a_signal_ends_the_lane_child_and_its_processes_in_one_line(
     python.chmod(0o755)
     pids = tmp_path / "pids"
     pids.mkdir()
-    environment = {**os.environ, "DFLASH_TEST_PIDS": str(pids), "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "FAKE_LANE_PIDS": str(pids), "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "harness.cli", *COMMANDS[command], "--cache", "cache"]
     process = subprocess.Popen(argv, cwd=tmp_path, env=environment, stderr=subprocess.PIPE, text=True)
     try:
