@@ -21,6 +21,10 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise InputError(path, "", "file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise InputError(path, "", f"TOML syntax error: {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(path, "", "not a text file (not UTF-8): a TOML file was expected") from None
+    except IsADirectoryError:
+        raise InputError(path, "", "is a folder: a TOML file was expected") from None
     except OSError as exc:
         raise InputError(path, "", f"cannot read: {exc.strerror}") from None
 

@@ -8,8 +8,10 @@ report holds several runs of one machine). Cells that appeared or disappeared ar
 listed.
 
 Exit status: 1 when something regressed (a cell that matched its expectation before
-and does not now, one that is now planned but not run, or a verdict that got worse;
-with --fail-on-missing also a cell that disappeared), 0 otherwise, 2 on bad input.
+and does not now, one that is now planned but not run, a verdict that got worse, or a
+BASELINE cell missing from CURRENT, as when CURRENT is empty or another lane's; with
+--allow-missing a missing cell is listed only, after a matrix edit that dropped cells),
+0 otherwise, 2 on bad input (also --md or --json naming an input report: nothing is read).
 
 --exact compares every field of every cell instead, apart from durations and timestamps
 (harness/reports/exact.py): the check that a change of the harness moved nothing. It exits
@@ -23,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.atomic import write_outputs
+from harness.atomic import refuse_overlap, report_paths, write_outputs
 from harness.reports.diff import diff_reports, load_report, render_diff_markdown
 from harness.reports.exact import compare_exact, render_exact_markdown
 from harness.reports.json_text import report_json
@@ -35,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--md", metavar="PATH", help="also write the Markdown comparison here")
     parser.add_argument("--json", metavar="PATH", help="write the comparison as JSON here")
     parser.add_argument(
-        "--fail-on-missing", action="store_true", help="exit 1 also when a baseline cell is missing from CURRENT"
+        "--allow-missing",
+        action="store_true",
+        help="a BASELINE cell missing from CURRENT is listed, not a regression (after a matrix edit dropped cells)",
     )
     parser.add_argument(
         "--missing-baseline-ok",
@@ -53,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     if args.missing_baseline_ok and not Path(args.baseline).exists():
         print(f"No baseline at {args.baseline}: nothing to diff against.")
         return 0
+    named = [(f"--{name}", Path(getattr(args, name))) for name in ("md", "json") if getattr(args, name)]
+    refuse_overlap(named, [*report_paths(Path(args.baseline)), *report_paths(Path(args.current))])
     baseline, current = load_report(args.baseline), load_report(args.current)
     if args.exact:
         comparison = compare_exact(baseline, current, baseline_name=str(args.baseline), current_name=str(args.current))
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         current,
         baseline_name=str(args.baseline),
         current_name=str(args.current),
-        fail_on_missing=args.fail_on_missing,
+        allow_missing=args.allow_missing,
     )
     _write(args, render_diff_markdown(diff), diff.to_json(), ("changes",))
     return 1 if diff.regressed else 0

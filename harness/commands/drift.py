@@ -19,10 +19,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.atomic import write_outputs
+from harness.atomic import refuse_overlap, write_outputs
 from harness.reports.backend_table import load_backend_table
 from harness.reports.drift import check_drift, render_drift_markdown
-from harness.reports.inputs import load_inputs
+from harness.reports.inputs import input_files, load_inputs
 from harness.reports.json_text import report_json
 from harness.reports.merge import merge_results
 
@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    named = [(f"--{name}", Path(getattr(args, name))) for name in ("md", "json") if getattr(args, name)]
+    refuse_overlap(named, [Path(args.table), *(Path(item) for item in args.reports), *input_files(args.reports)])
     table = load_backend_table(args.table)
     runs, rows, _ = merge_results(load_inputs(args.reports).results)
     report = check_drift(table, rows, {run.key: dict(run.meta) for run in runs})

@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from harness.atomic import refuse_overlap, report_paths, writable_folder, write_outputs
 from harness.commands.repro import report_document, script_for
 from harness.errors import InputError
 from harness.reports.build import write_files
@@ -80,8 +81,7 @@ def _repro(item: FindingInRun, document: dict[str, object], source: str, out: Pa
     else:
         assert refusal is not None  # a finding is in a run through its cells
         return ReproRun(None, item.cells[0], refusal.problem)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / name).write_text(text)
+    write_outputs({out / name: text.encode()})
     release = item.run.vllm_version
     installed = _installed_vllm()
     if installed != release:
@@ -101,9 +101,13 @@ def _repro(item: FindingInRun, document: dict[str, object], source: str, out: Pa
     return ReproRun(name, cell, shown, done.returncode)
 
 
+def _history_files(folder: Path) -> dict[str, Path]:
+    return {name: folder / name for name in ("matrix.json", "history.json")}
+
+
 def _history(folder: Path) -> tuple[str, dict[tuple[str, str], FindingReleases]]:
     """A history report folder's findings across its releases, and how the pages name the history."""
-    files = {name: folder / name for name in ("matrix.json", "history.json")}
+    files = _history_files(folder)
     for name, file in files.items():
         if not file.is_file():
             raise InputError(
@@ -129,11 +133,13 @@ def _history(folder: Path) -> tuple[str, dict[tuple[str, str], FindingReleases]]
 
 def run(args: argparse.Namespace) -> int:
     source = Path(args.report)
+    out = writable_folder(Path(args.out), "--out")
+    history_files = _history_files(Path(args.history)).values() if args.history else ()
+    refuse_overlap([("--out", out)], [*report_paths(source), *history_files])
     document = report_document(source)
     file = source / "matrix.json" if source.is_dir() else source
     report = merge(Inputs(tuple(read_matrix_json(file)), ()))
     history = _history(Path(args.history)) if args.history else None  # bad input stops here, before any script
-    out = Path(args.out)
     repros = {item.anchor: _repro(item, document, str(source), out) for item in report.findings}
     releases = _releases(report, history)
     files: dict[str, bytes] = {"index.md": findings_index(report, repros, releases).encode()}

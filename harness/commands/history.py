@@ -16,7 +16,8 @@ that gave none in a release that otherwise ran is marked so and never counted as
 runs are merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per
 release) and history.md / history.json: a row per cell, a column per release, each release where
 the cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
-Exit status 0 once the reports are written.
+Exit status 0 once the reports are written; 1 when no release ran; 2 on bad input, or when another
+run is writing --out (the line names its pid).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.atomic import locked, refuse_overlap, writable_folder
 from harness.bundled import matrix_path, shipped_matrices
 from harness.commands.release_range import (
     add_release_arguments,
@@ -35,10 +37,11 @@ from harness.commands.release_range import (
     chosen_releases,
     release_envs,
 )
+from harness.commands.repro import report_document
 from harness.errors import InputError
 from harness.matrix import load_matrix
 from harness.releases.environment import LANE, EnvironmentFailure
-from harness.releases.envs import cell_failures, run_lane, slug
+from harness.releases.envs import ReleaseEnvs, cell_failures, run_lane, slug
 from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs
@@ -67,7 +70,15 @@ def run(args: argparse.Namespace) -> int:
     if args.plan:  # the same fan-out as the watch's: one job per release, merged by `dflash-matrix merge`
         print(json.dumps(job_plan([WatchJob(args.matrix, release) for release in releases])))
         return 0
-    out = Path(args.out)
+    out = writable_folder(Path(args.out), "--out")
+    writable_folder(envs.root, "--cache")
+    refuse_overlap([("--out", out)], [path])
+    # One history per --out at a time: a second would delete the first's running release reports.
+    with locked(out, wait=False):
+        return _history(args, path, envs, releases, out)
+
+
+def _history(args: argparse.Namespace, path: Path, envs: ReleaseEnvs, releases: tuple[str, ...], out: Path) -> int:
     pytest_args = ["-k", args.keyword] if args.keyword else []
     reports: list[Path] = []
     runs: list[dict[str, object]] = []
@@ -96,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             if report is None:
                 leave_out(EnvironmentFailure(release, LANE, "the lane ended without writing matrix.json"))
                 continue
-            failure, failed_cells = _no_verdict(release, json.loads(report.read_text()), envs.symptoms(release))
+            failure, failed_cells = _no_verdict(release, report_document(report), envs.symptoms(release))
             if failure is not None:
                 leave_out(failure)
                 continue

@@ -11,7 +11,8 @@ matrix.md (one grid per lane: backend x (causal, sink, window) rows, device / vL
 columns) and matrix.html (self-contained, filterable). Appends matrix.md to
 $GITHUB_STEP_SUMMARY when that is set.
 
-Exit status: 0 when the reports were written, 2 on bad input (nothing is written).
+Exit status: 0 when the reports were written, 2 on bad input (nothing is written): also an --out that
+is an input, a full disk (the previous set stays whole), or another merge writing --out.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.atomic import locked, refuse_overlap, writable_folder
 from harness.reports.build import render_reports, write_files
-from harness.reports.inputs import load_inputs
+from harness.reports.inputs import input_files, load_inputs
 from harness.reports.merge import collector_paused, merge
 from harness.reports.step_summary import append_step_summary
 
@@ -41,10 +43,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = writable_folder(Path(args.out), "--out")
+    inputs = [Path(item) for item in args.inputs]
+    inputs += input_files(inputs)
+    refuse_overlap([("--out", out)], inputs)
     with collector_paused():
-        report = merge(load_inputs(args.inputs))
+        report = merge(load_inputs(inputs))
         files = render_reports(report, junit_per_run=args.junit_per_run)
-    written = write_files(files, Path(args.out))
+    refuse_overlap([("--out", out / name) for name in files], inputs)
+    with locked(out, wait=False):
+        written = write_files(files, out)
     append_step_summary(files["matrix.md"].decode("utf-8"))
     summary = report.summary()
     print(

@@ -11,7 +11,9 @@ finished, every planned cell ran and got its expected verdict), 2 on bad input.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from harness.atomic import refuse_overlap, writable_folder
 from harness.journal import read_journals
 from harness.reports.build import render_reports, write_files
 from harness.reports.merge import report_from_journal
@@ -28,8 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    out = writable_folder(Path(args.out), "--out")
+    inputs = [Path(item) for item in args.journals]
+    inputs += [path for item in inputs for path in ((*item.rglob("*.jsonl"),) if item.is_dir() else ())]
+    refuse_overlap([("--out", out)], inputs)
     report = report_from_journal(read_journals(args.journals))
-    written = write_files(render_reports(report), args.out)
+    files = render_reports(report)
+    refuse_overlap([("--out", out / name) for name in files], inputs)
+    written = write_files(files, out)
     counts = report.summary()
     print(
         f"{counts['cells']} cells: {counts['match']} as expected, {counts['mismatching']} not, "

@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.atomic import write_atomic
+from harness.atomic import refuse_overlap, report_paths, write_outputs
 from harness.attention import audit
 from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
 from harness.axes import AXES_BY_NAME, BLOCK_SIZE_UNSET, LONG_CONTEXT_LENS
@@ -42,6 +42,7 @@ from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
 from harness.lanes.gpu.emulated import EmulatedHost
 from harness.matrix import Cell, Matrix, expand, load_matrix
+from harness.reports.inputs import load_json
 from harness.verdict import VERDICTS, Verdict
 
 _REPRO = Path(__file__).resolve().parent.parent / "repro"
@@ -63,17 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def report_document(path: Path) -> dict[str, Any]:
     """A matrix.json as the scripts read it (a report folder or the file), its runs always listed."""
     file = path / "matrix.json" if path.is_dir() else path
-    try:
-        data = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise InputError(file, "", "no such report (give a report folder holding matrix.json)") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(file, "", f"not a matrix.json report: {error}") from None
+    if not file.is_file():
+        raise InputError(file, "", "no such report (give a report folder holding matrix.json)")
+    data = load_json(file)
     runs = data.get("runs", [data.get("run")]) if isinstance(data, dict) else None  # schema 2 lists its runs
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list) or not isinstance(runs, list):
         raise InputError(file, "", "not a matrix.json report (needs runs and cells)")
     if not runs or not all(isinstance(run, dict) for run in runs):
         raise InputError(file, "runs", "not a list of run objects")
+    for index, cell in enumerate(data["cells"]):
+        # What every reader of a report document takes for granted of a cell (watch, repro, record).
+        if not isinstance(cell, dict) or not all(isinstance(cell.get(key), str) for key in ("id", "verdict")):
+            raise InputError(file, f"cells[{index}]", "not a cell record (an object with an id and a verdict)")
+        if not isinstance(cell.get("axes", {}), dict) or not isinstance(cell.get("details") or {}, dict):
+            raise InputError(file, f"cells[{index}]", "axes and details must be objects")
     return {**data, "runs": runs}
 
 
@@ -359,9 +363,12 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
 
 def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    refuse_overlap([("--out", out)], report_paths(Path(args.report)))
+    if out.is_dir():
+        raise InputError(out, "", "--out is a folder; name the script file (repro.py)")
     report = report_document(Path(args.report))
     text = script_for(report, args.cell, args.report, out.name)
-    write_atomic(out, text.encode())
+    write_outputs({out: text.encode()})
     print(f"wrote {args.out}: python {args.out} exits 1 when the failure reproduces")
     cell, _, lane = _cell_of(report, args.cell, args.report)
     for note in notes(lane, cell["axes"]):

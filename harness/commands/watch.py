@@ -21,7 +21,9 @@ watch.json list them all (watch.md also goes to $GITHUB_STEP_SUMMARY).
 
 Exit status: 0 when every watched release gave a delta, an empty one or one whose install failed
 (a changed cell is news, not a failure); 1 when the harness itself failed (a lane that wrote no
-report, an index that could not be asked); 2 on bad options, before anything is installed.
+report, an index that could not be asked); 2 on bad options, before anything is installed (also a
+--report that is broken, ran another vLLM than its label or a recorded release, and an --out another
+watch is writing: the line names its pid).
 """
 
 from __future__ import annotations
@@ -36,16 +38,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.atomic import write_atomic
+from harness.atomic import locked, refuse_overlap, writable_folder, write_atomic, write_set
 from harness.bundled import matrix_path, shipped_matrices
 from harness.commands.release_range import add_env_arguments, release_envs
-from harness.commands.repro import script_for
+from harness.commands.repro import report_document, script_for
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, load_expectations
 from harness.matrix import Matrix, expand, load_matrix
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, cell_failures, offered_releases, run_lane, slug
 from harness.releases.install import may_be_vllm
+from harness.releases.processes import run_owned
 from harness.reports.release_delta import delta_json, delta_markdown, patch_toml, watch_markdown
 from harness.reports.step_summary import append_step_summary
 from harness.tomlfile import parse_release
@@ -58,6 +61,7 @@ from harness.watch.plan import (
     new_releases,
     not_watchable,
 )
+from harness.watch.record import report_release
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,12 +139,15 @@ def _checked(args: argparse.Namespace) -> tuple[list[Watched], dict[str, Path]]:
         raise InputError("--recorded", "", "only plans (--plan): recorded releases are not watched")
     watched = [_watched(name, runs=not args.recorded) for name in dict.fromkeys(args.lanes)]
     for release in [*args.release, *([args.nightly] if args.nightly else [])]:
+        option = "--release" if release in args.release else "--nightly"
+        if not release.strip():  # an empty name would install nothing and publish a delta for "vLLM "
+            raise InputError(option, "", "an empty release: give a vLLM version (0.34.0) or a requirement for vLLM")
         try:
             parse_release(release)
         except ValueError:
             if not may_be_vllm(release):  # a wheel, a URL, vllm@commit: pip decides; another project: no
                 problem = f"{release!r} is neither a vLLM version (0.34.0) nor a requirement for vLLM (a wheel URL)"
-                raise InputError("--release" if release in args.release else "--nightly", "", problem) from None
+                raise InputError(option, "", problem) from None
     reports = {}
     for item in args.report:
         release, _, folder = item.partition("=")
@@ -149,10 +156,32 @@ def _checked(args: argparse.Namespace) -> tuple[list[Watched], dict[str, Path]]:
             raise InputError(
                 "--report", "", f"{item!r} is not RELEASE=DIR of a lane report (a folder with matrix.json)"
             )
+        _check_saved(report, release, watched)
         reports[release] = report
     if args.plan and reports:
         raise InputError("--plan", "", "plans runs; --report judges runs already made: give one of them")
     return watched, reports
+
+
+def _check_saved(report: Path, release: str, watched: list[Watched]) -> None:
+    """A saved report is read whole before anything runs, and must be the release it is labelled."""
+    ran = report_release(report_document(report))  # a broken file stops here, one line naming it
+    try:
+        label = parse_release(release)
+    except ValueError as error:
+        raise InputError("--report", "", f"{release!r}: {error}") from None
+    if ran is None:
+        raise InputError(report, "runs", "names no single vLLM version: cannot tell which release it judges")
+    try:
+        same = parse_release(ran) == label
+    except ValueError:
+        same = False
+    if not same:
+        raise InputError(report, "runs.vllm_version", f"ran vLLM {ran}, not the {release} it is given as (--report)")
+    for lane in watched:
+        if label in lane.expectations.releases:
+            where = lane.matrix.expectations_path or lane.matrix.path
+            raise InputError("--report", "", f"vLLM {release} is already recorded in {where}: nothing new to judge")
 
 
 def _releases(args: argparse.Namespace, watched: Watched, reports: dict[str, Path]) -> list[str]:
@@ -183,7 +212,22 @@ def run(args: argparse.Namespace) -> int:
         for lane in watched:
             print(f"watch: {lane.lane}: no release newer than {lane.judged_as} to watch; nothing to do")
         return 0
-    out = Path(args.out)
+    out = writable_folder(Path(args.out), "--out")
+    writable_folder(envs.root, "--cache")
+    refuse_overlap([("--out", out)], [*(lane.matrix.path for lane in watched), *reports.values()])
+    # One watch per --out at a time: a second would delete the first's running lane reports (run/).
+    with locked(out, wait=False):
+        return _watch_all(args, watched, jobs, envs, out, reports)
+
+
+def _watch_all(
+    args: argparse.Namespace,
+    watched: list[Watched],
+    jobs: list[WatchJob],
+    envs: ReleaseEnvs,
+    out: Path,
+    reports: dict[str, Path],
+) -> int:
     lanes = {lane.lane: lane for lane in watched}
     outcomes: list[dict[str, Any]] = []
     try:
@@ -193,8 +237,8 @@ def run(args: argparse.Namespace) -> int:
         if args.clean:
             envs.clean()
     summary = watch_markdown(outcomes)
-    _write(out / "watch.md", summary.encode("utf-8"))
-    _write(out / "watch.json", (json.dumps({"jobs": outcomes}, indent=2) + "\n").encode())
+    listing = (json.dumps({"jobs": outcomes}, indent=2) + "\n").encode()
+    write_set({out / "watch.md": summary.encode("utf-8"), out / "watch.json": listing})
     append_step_summary(summary)
     failed = [outcome for outcome in outcomes if outcome["harness_failed"]]
     for outcome in outcomes:
@@ -246,7 +290,7 @@ def _watch_one(
         if saved is None:
             failure = EnvironmentFailure(job.release, LANE, f"the lane ended without writing matrix.json ({folder})")
             return _failed(lane, job, folder, attempts, failure, harness_failed=True, started=started)
-    document = json.loads(saved.read_text())
+    document = report_document(saved)
     run_info = (document.get("runs") or [document.get("run") or {}])[0]
     version = run_info.get("vllm_version") or job.release.removeprefix("vllm==")
     cells = expand(lane.matrix)
@@ -292,8 +336,7 @@ def _watch_one(
         "delta.md": delta_markdown(delta, tried, repros, patch, lane.expectations.rules).encode("utf-8"),
         "patch.toml": patch.encode("utf-8"),
     }
-    for name, data in files.items():
-        _write(folder / name, data)
+    _write_set(folder, files)
     line = (
         f"{lane.lane} on vLLM {job.release}: {delta.changed} of {delta.cells} cells changed from {lane.judged_as} "
         f"in {len(groups)} groups; {folder / 'delta.md'}"
@@ -335,8 +378,11 @@ def _failed(
     }
     lines = [f"# {lane.lane} on vLLM {job.release}: no delta", "", f"- {failure.line()}"]
     lines += [f"- install {attempt.line()}" for attempt in attempts]
-    _write(folder / "delta.json", (json.dumps(document, indent=2) + "\n").encode())
-    _write(folder / "delta.md", ("\n".join(lines) + "\n").encode("utf-8"))
+    files = {
+        "delta.json": (json.dumps(document, indent=2) + "\n").encode(),
+        "delta.md": ("\n".join(lines) + "\n").encode("utf-8"),
+    }
+    _write_set(folder, files)
     return {
         "lane": lane.lane,
         "release": job.release,
@@ -398,8 +444,12 @@ def _check_repro(env: Path, script: Path, new_verdict: str, new_message: str) ->
     recorded release's answer fails), or, for a cell that crashes, when the script itself dies of
     the cell's error (its observation, like the lane's, does not catch every exception vLLM raises)."""
     started = time.monotonic()
-    done = subprocess.run(
-        [str(env / "bin" / "python"), str(script)], capture_output=True, text=True, check=False, timeout=900
+    done = run_owned(
+        [str(env / "bin" / "python"), str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=900,
     )
     said = [line for line in done.stdout.splitlines() if line.startswith(("observed", "the observed", "FAILURE"))]
     raised = next((line for line in reversed(done.stderr.splitlines()) if line.strip()), "")
@@ -421,3 +471,9 @@ def _check_repro(env: Path, script: Path, new_verdict: str, new_message: str) ->
 def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, data)
+
+
+def _write_set(folder: Path, files: dict[str, bytes]) -> None:
+    """A release's delta files as one set: watch-issues reads delta.json and delta.md together."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_set({folder / name: data for name, data in files.items()})

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from harness.errors import InputError
+from harness.reports.inputs import load_json
 from harness.watch.issues import LABEL, DeltaText, actions
 
 
@@ -37,12 +38,14 @@ def _deltas(folders: list[str]) -> list[DeltaText]:
         if not Path(folder).is_dir():
             raise InputError(folder, "", "is not a folder of watch deltas")
         for path in sorted(Path(folder).rglob("delta.json")):
+            data = load_json(path)
             try:
-                data = json.loads(path.read_text())
                 lane, release = str(data["lane"]), str(data.get("version") or data["release"])
-                markdown = path.with_name("delta.md").read_text()
-            except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as error:
+                markdown = path.with_name("delta.md").read_text(encoding="utf-8")
+            except (OSError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
                 raise InputError(path, "", f"not a delta written by dflash-matrix watch: {error}") from None
+            if not lane or not release:
+                raise InputError(path, "release", "names no lane or release: not a delta to publish")
             found.append(DeltaText(lane, release, markdown))
     return found
 
@@ -56,7 +59,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     def gh(*arguments: str) -> str:
-        done = subprocess.run([args.gh, *arguments, "--repo", args.repo], capture_output=True, text=True, check=False)
+        try:
+            done = subprocess.run(
+                [args.gh, *arguments, "--repo", args.repo], capture_output=True, text=True, check=False
+            )
+        except OSError as error:  # no gh on PATH (or not executable): the one line says which
+            problem = f"cannot run gh: {error.strerror or error} (install GitHub's gh, or give --gh PATH)"
+            raise InputError(args.gh, "", problem) from None
         if done.returncode != 0:
             raise RuntimeError(f"gh {arguments[0]} {arguments[1]}: {done.stderr.strip() or done.stdout.strip()}")
         return done.stdout

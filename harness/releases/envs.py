@@ -34,6 +34,7 @@ from harness.releases.install import (
     choose_overrides,
     python_version,
 )
+from harness.releases.processes import run_owned
 
 INSTALLER = Path(__file__).resolve().with_name("install.py")
 HARNESS = Path(__file__).resolve().parents[1]  # the harness package the lane envs run
@@ -120,13 +121,12 @@ class ReleaseEnvs:
         environment = {name: value for name, value in os.environ.items() if name != OVERRIDES_VARIABLE}
         if release in self.explicit:
             environment[OVERRIDES_VARIABLE] = " ".join(self.explicit[release]) or NO_OVERRIDES
-        done = subprocess.run(
+        done = run_owned(
             # -I: the script's folder must not shadow stdlib modules on sys.path.
             [python, "-I", str(INSTALLER), requirement, *HARNESS_REQUIREMENTS],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            check=False,
             env=environment,
         )
         seconds = round(time.monotonic() - started, 1)
@@ -221,12 +221,8 @@ def run_lane(
     command = [str(env / "bin" / "python"), "-m", "harness.cli", "run", str(matrix), "--report-dir", str(report_dir)]
     if workers:
         command += ["-n", str(workers)]
-    subprocess.run(
-        [*command, "--", "-q", *pytest_args],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        check=False,
+    run_owned(
+        [*command, "--", "-q", *pytest_args], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     report = report_dir / "matrix.json"
     return report if report.exists() else None

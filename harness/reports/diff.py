@@ -8,8 +8,9 @@ side), runs are paired by their full key (versions included) instead.
 A cell regressed when it matched its expectation before and does not now (including
 a cell planned now but never run), or when its verdict got worse (verdict.py's order:
 pass < substituted < unsupported/unavailable < wrong-backend/mismatch < crash/timeout).
-Cells that appear or disappear are listed; they do not count as regressions unless
-asked (``fail_on_missing``), since editing a matrix legitimately adds and drops cells.
+Cells that appear are listed. Cells that disappear are listed and count as regressions unless
+allowed (``allow_missing``, after editing a matrix that dropped cells): a CI gate must not pass on
+an empty CURRENT, or on a report of another lane, which lack every cell the BASELINE has (issue 36).
 """
 
 from __future__ import annotations
@@ -100,11 +101,11 @@ class MatrixDiff:
     changes: tuple[CellChange, ...]
     unchanged: int
     still_failing: int
-    fail_on_missing: bool = False
+    allow_missing: bool = False
 
     @property
     def regressions(self) -> tuple[CellChange, ...]:
-        gating = REGRESSIONS + ((Change.DISAPPEARED,) if self.fail_on_missing else ())
+        gating = REGRESSIONS + (() if self.allow_missing else (Change.DISAPPEARED,))
         return tuple(change for change in self.changes if change.kind in gating)
 
     @property
@@ -193,7 +194,7 @@ def diff_reports(
     *,
     baseline_name: str = "baseline",
     current_name: str = "current",
-    fail_on_missing: bool = False,
+    allow_missing: bool = False,
 ) -> MatrixDiff:
     changes: list[CellChange] = []
     unchanged = still_failing = 0
@@ -228,7 +229,7 @@ def diff_reports(
     order = {kind: index for index, kind in enumerate(Change)}
     changes.sort(key=lambda change: (order[change.kind], change.run, change.cell_id))
     return MatrixDiff(
-        baseline_name, current_name, tuple(pairs), tuple(changes), unchanged, still_failing, fail_on_missing
+        baseline_name, current_name, tuple(pairs), tuple(changes), unchanged, still_failing, allow_missing
     )
 
 

@@ -67,11 +67,16 @@ def test_fixes_better_and_sideways_changes_do_not_regress(tmp_path: Path) -> Non
     assert _kinds(data) == {cell("A").id: "fixed", cell("B").id: "better", cell("C").id: "changed"}
 
 
-def test_cells_appearing_and_disappearing_are_listed_and_gate_only_when_asked(tmp_path: Path) -> None:
+def test_a_disappeared_cell_gates_unless_missing_cells_are_allowed(tmp_path: Path) -> None:
     status, data = _diff(tmp_path, [cell("A"), cell("B")], [cell("A"), cell("C")])
-    assert status == 0
+    assert status == 1
     assert _kinds(data) == {cell("B").id: "disappeared", cell("C").id: "appeared"}
-    assert main(["diff", str(tmp_path / "old"), str(tmp_path / "new"), "--fail-on-missing"]) == 1
+    assert main(["diff", str(tmp_path / "old"), str(tmp_path / "new"), "--allow-missing"]) == 0
+
+
+def test_an_empty_current_report_fails_the_gate(tmp_path: Path) -> None:
+    status, data = _diff(tmp_path, [cell("A"), cell("B")], [])
+    assert status == 1 and data["regressed"] is True
 
 
 def test_a_cell_that_matched_and_is_now_planned_but_not_run_regresses(tmp_path: Path) -> None:

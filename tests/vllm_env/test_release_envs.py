@@ -45,7 +45,7 @@ def installer(monkeypatch: pytest.MonkeyPatch) -> FakeInstaller:
     monkeypatch.setattr(
         release_envs.venv, "EnvBuilder", lambda **kw: type("B", (), {"create": staticmethod(fake.create)})
     )
-    monkeypatch.setattr(release_envs.subprocess, "run", fake.run)
+    monkeypatch.setattr(release_envs, "run_owned", fake.run)  # the install runs as an owned child
     return fake
 
 
