@@ -15,7 +15,7 @@ from harness.errors import InputError
 from harness.expectations import Expectation
 from harness.findings import Finding
 from harness.matrix import LANES, Cell
-from harness.observation import Claim, Observation, json_safe
+from harness.observation import HOST_LIMIT, Claim, Observation, json_safe
 from harness.stages import STAGES, Stage
 from harness.verdict import FAULTS, VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
@@ -53,6 +53,11 @@ class CellResult:
     @property
     def ok(self) -> bool:
         return self.outcome == Outcome.MATCH
+
+    @property
+    def host_limited(self) -> bool:
+        """The host could not answer what vLLM asked (observation.HOST_LIMIT): no verdict on vLLM."""
+        return self.verdict == Verdict.UNAVAILABLE and self.message.startswith(HOST_LIMIT)
 
     @property
     def unrecorded_fault(self) -> bool:

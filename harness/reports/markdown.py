@@ -48,6 +48,7 @@ def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:
         f"{summary['cells'] - summary['outcomes'].get('match', 0)} not"
         + (f"; {summary['conflicts']} conflicting duplicates" if summary["conflicts"] else "")
         + (f"; {summary['not_run']} planned but not run" if summary["not_run"] else "")
+        + (f"; {summary['host_limited']} at a host limit, no answer of vLLM's" if summary.get("host_limited") else "")
     )
     lines += ["", "## Runs", "", "| lane | device | platform | vLLM | torch | started | run | cells |"]
     lines.append("|---|---|---|---|---|---|---|---|")

@@ -377,6 +377,8 @@ class Report:
             "findings": len(findings),
             "findings_fixed": len(fixed),
             "unrecorded_faults": sum(1 for row in self.rows if row.cell.unrecorded_fault),
+            # Cells whose host could not answer what vLLM asked: counted apart, no answer of vLLM's.
+            "host_limited": sum(1 for row in self.rows if row.cell.host_limited),
             "conflicts": conflicts,
             "incomplete_runs": len(incomplete),
             "junit_only_runs": sorted(self.junit_only),

@@ -365,3 +365,27 @@ def test_the_loader_differential_shows_in_every_report(tmp_path: Path) -> None:
     agreeing = cases["CPU_ATTN-causal-nosink-bf16"].system_out
     assert "loader differential: V1 vs V2: bitwise in 1/1 layers, max diff 0" in agreeing
     SCHEMA.validate(str(written["junit.xml"]))
+
+
+def test_a_host_limited_cell_is_counted_apart_and_skipped_in_junit_whatever_its_expectation(tmp_path: Path) -> None:
+    from harness.expectations import Expectation
+    from harness.observation import HOST_LIMIT, Observation
+    from harness.result import decide
+
+    cells = list(_cells(tmp_path).values())
+    limited = Observation("CPU_ATTN", unavailable=f"{HOST_LIMIT}vLLM asks for a real CUDA device (RuntimeError: x)")
+    results = [
+        decide(cells[0], limited, Expectation(Verdict.UNAVAILABLE, "expected it", rule=0)),
+        decide(cells[1], limited, Expectation(Verdict.PASS, "expected a pass", rule=0)),
+        result(cells[2], Verdict.PASS),
+    ]
+    assert [r.host_limited for r in results] == [True, True, False]
+    paths = _reports(write_journal(tmp_path / "main.jsonl", results, [c.id for c in cells[:3]]), tmp_path / "out")
+    summary = json.loads(paths["matrix.json"].read_text())["summary"]
+    assert summary["host_limited"] == 2
+    assert "2 at a host limit, no answer of vLLM's" in paths["matrix.md"].read_text()
+    first, second, third = list(next(iter(JUnitXml.fromfile(str(paths["junit.xml"])))))
+    for case in (first, second):
+        (skipped,) = case.result
+        assert isinstance(skipped, Skipped) and skipped.message.startswith(HOST_LIMIT)
+    assert third.is_passed

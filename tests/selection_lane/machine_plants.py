@@ -25,7 +25,7 @@ class _AmdProperties:
     """torch.cuda.get_device_properties of an MI300X under torch's ROCm build."""
 
     name: str = "AMD Instinct MI300X"
-    gcnArchName: str = "gfx942:sramecc+:xnack-"  # noqa: N815 (torch's spelling)
+    gcnArchName: str = "gfx942:sramecc+:xnack-"
     major: int = 9
     minor: int = 4
     total_memory: int = 192 << 30
@@ -47,7 +47,7 @@ def amd_host(lane: SelectionLane) -> None:
 
     properties = _AmdProperties()
     torch.cuda._lazy_init = lambda: None
-    torch.cuda._get_device_properties = lambda device=0: properties  # type: ignore[attr-defined]
+    torch.cuda._get_device_properties = lambda device=0: properties
     torch.cuda.device_count = lambda: 1
 
 
