@@ -291,12 +291,3 @@ def kernel_reads_unit_key_scale(lane: Any) -> None:
 
     CPUAttentionBackendImpl.forward = unit_key_scale
 
-
-def avx2_host(lane: Any) -> None:
-    """The host answers as an AVX2-only CPU does: no AVX-512, no AMX (what vLLM asks torch.cpu).
-    Applied before the lane's first cell and before it reports its environment, so the run records
-    host_isa = avx2 and is judged by the expectations' rules for that host."""
-    import torch
-
-    for flag in ("avx512", "avx512_bf16", "vnni", "amx_tile", "amx_fp16"):
-        setattr(torch.cpu, f"_is_{flag}_supported", lambda: False)
