@@ -3,6 +3,7 @@
     dflash-matrix history selection --old 0.24.0 [--new 0.33.0] [--out history/] [-k EXPR]
     dflash-matrix history selection --releases 0.24.0 0.25.0 0.33.0 --override 0.34.0=PINS ...
     dflash-matrix history selection --old 0.24.0 --plan   # the Actions job matrix, one job per release
+    dflash-matrix history selection --recorded [--plan]   # every release the expectations record
 
 The releases are those the package index offers from --old to --new (asked of pip; --new
 defaults to the newest). Each is installed into a release env of its own (the bisect's
@@ -39,7 +40,8 @@ from harness.commands.release_range import (
 )
 from harness.commands.repro import report_document
 from harness.errors import InputError
-from harness.matrix import load_matrix
+from harness.expectations import expectations_for
+from harness.matrix import Matrix, load_matrix
 from harness.releases.environment import LANE, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, cell_failures, run_lane, slug
 from harness.reports.build import render_reports, write_files
@@ -57,15 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plan", action="store_true", help="print the JSON job matrix (one job per release) for Actions and stop"
     )
+    parser.add_argument(
+        "--recorded",
+        action="store_true",
+        help="the releases the matrix's expectations record, instead of --old/--new or --releases",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     path = matrix_path(args.matrix)
     if not path.exists():
         raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())
-    load_matrix(path)  # bad input stops here, before anything is installed
+    matrix = load_matrix(path)  # bad input stops here, before anything is installed
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
-    releases = chosen_releases(args, "history")
+    releases = _recorded(args, matrix) if args.recorded else chosen_releases(args, "history")
     check_overridden(args, releases)
     if args.plan:  # the same fan-out as the watch's: one job per release, merged by `dflash-matrix merge`
         print(json.dumps(job_plan([WatchJob(args.matrix, release) for release in releases])))
@@ -76,6 +83,16 @@ def run(args: argparse.Namespace) -> int:
     # One history per --out at a time: a second would delete the first's running release reports.
     with locked(out, wait=False):
         return _history(args, path, envs, releases, out)
+
+
+def _recorded(args: argparse.Namespace, matrix: Matrix) -> tuple[str, ...]:
+    """Every release the expectations record, oldest first: what a recorded-release check re-measures."""
+    if args.releases or args.old or args.new:
+        raise InputError("--recorded", "", "give either --recorded or --old/--new/--releases, not both")
+    recorded = expectations_for(matrix).releases
+    if not recorded:
+        raise InputError(matrix.expectations_path or matrix.path, "expectations.releases", "records no release")
+    return tuple(str(release) for release in recorded)
 
 
 def _history(args: argparse.Namespace, path: Path, envs: ReleaseEnvs, releases: tuple[str, ...], out: Path) -> int:
