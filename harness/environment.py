@@ -45,6 +45,12 @@ VLLM_VERSION = Variable(
     "short form of `DFLASH_VLLM=vllm==X.Y.Z`: a vLLM release for the same envs",
     ("tox.ini", "toxfile.py"),
 )
+ORDER_SEED = Variable(
+    "DFLASH_ORDER_SEED",
+    "GitHub's run number where there is one, else 35",
+    "the seed of the shuffled cell order the selection env runs its matrix in (docs/explanation/isolation.md)",
+    ("tox.ini",),
+)
 VLLM_OVERRIDES = Variable(
     "DFLASH_VLLM_OVERRIDES",
     "none",
@@ -159,6 +165,7 @@ TEST_FORGET = Variable(
 VARIABLES: tuple[Variable, ...] = (
     VLLM,
     VLLM_VERSION,
+    ORDER_SEED,
     VLLM_OVERRIDES,
     UV_FROM_PIP,
     CACHE_DIR,

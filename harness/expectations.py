@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,9 @@ class ExpectationSet:
     default: Expectation
     rules: tuple[Rule, ...] = ()
     releases: tuple[Version, ...] = ()  # the vLLM releases whose behaviour the file records
+    # Each recorded release's build-path fingerprint (harness.watch.record.build_fingerprint) at the
+    # run that last measured it whole: a release whose fingerprint is not today's is stale.
+    measured: Mapping[Version, str] = dataclasses.field(default_factory=dict)
     release: Version | None = None  # the run's vLLM release, which picks the versioned rules
     host_isa: str | None = None  # the run's host ISA, where the lane reports one (the cpu lane)
 
@@ -222,7 +226,7 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
     head = raw.get("expectations", {})
     if not isinstance(head, dict):
         raise InputError(path, "expectations", "must be a table")
-    only_keys(path, "expectations", head, ("default", "reason", "releases", "findings"))
+    only_keys(path, "expectations", head, ("default", "reason", "releases", "findings", "measured"))
     default = Expectation(
         verdict=_verdict(path, "expectations.default", head.get("default", "pass")),
         reason=str(head.get("reason", "default expectation")),
@@ -232,6 +236,7 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
             path, "expectations.default", f"{default.verdict} is a fault: it cannot be what every cell should get"
         )
     releases = _releases(path, head.get("releases", []))
+    measured = _measured(path, head.get("measured", {}), releases)
     findings = _findings(path, head.get("findings"))
     rules = []
     for index, table in enumerate(array_of_tables(path, raw, "expect")):
@@ -258,7 +263,7 @@ def load_expectations(path: str | Path, matrix: Matrix | None = None) -> Expecta
                 host_isa=_host_isas(path, f"{key}.host_isa", table["host_isa"]) if "host_isa" in table else None,
             )
         )
-    return ExpectationSet(path=path, default=default, rules=tuple(rules), releases=releases)
+    return ExpectationSet(path=path, default=default, rules=tuple(rules), releases=releases, measured=measured)
 
 
 def _host_isas(path: Path, key: str, raw: object) -> frozenset[str]:
@@ -266,6 +271,21 @@ def _host_isas(path: Path, key: str, raw: object) -> frozenset[str]:
     if not isinstance(values, list) or not values or not all(isinstance(v, str) and v in HOST_ISAS for v in values):
         raise InputError(path, key, f"{raw!r} is not a host ISA or a list of them", HOST_ISAS)
     return frozenset(values)
+
+
+def _measured(path: Path, raw: object, releases: tuple[Version, ...]) -> dict[Version, str]:
+    if not isinstance(raw, dict) or not all(isinstance(v, str) and v for v in raw.values()):
+        raise InputError(path, "expectations.measured", 'must be a table of "RELEASE" = "FINGERPRINT"')
+    measured = {}
+    for text, fingerprint in raw.items():
+        try:
+            release = parse_release(text)
+        except ValueError as exc:
+            raise InputError(path, f"expectations.measured.{text}", str(exc)) from None
+        if release not in releases:
+            raise InputError(path, f"expectations.measured.{text}", "is not a recorded release", map(str, releases))
+        measured[release] = fingerprint
+    return measured
 
 
 def _findings(path: Path, raw: object) -> FindingSet | None:
@@ -332,3 +352,23 @@ def describe_release(expectations: ExpectationSet) -> str | None:
     recorded = ", ".join(str(release) for release in expectations.releases)
     ran = expectations.release if expectations.release is not None else "an unknown vLLM version"
     return f"{where} records vLLM {recorded}; this run's {ran} is judged by the rules whose range holds it"
+
+
+def build_fingerprint(package: Path, build_path: Sequence[str], files: Sequence[Path] = ()) -> str:
+    """What a lane's verdicts are built from, as one short digest: every file the contract's
+    ``build_path`` globs name under the harness ``package`` (paths and contents), and ``files`` (the
+    matrix) by name and contents. A recorded release measured under another fingerprint is stale
+    until it is measured again."""
+    digest = hashlib.sha256()
+    found = sorted({path for pattern in build_path for path in package.glob(pattern) if path.is_file()})
+    named = [(path.relative_to(package).as_posix(), path) for path in found] + [(path.name, path) for path in files]
+    for name, path in named:
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def lane_fingerprint(matrix: Matrix) -> str:
+    """``build_fingerprint`` of the matrix's lane, as this checkout (or install) has it: a lane run
+    records it in its run header, and ``expectations measured`` marks a release measured only by a
+    report whose run has today's."""
+    return build_fingerprint(Path(__file__).resolve().parent, matrix.contract.build_path, (matrix.path,))

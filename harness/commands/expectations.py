@@ -1,7 +1,15 @@
-"""Change a lane's expectations: `record` a new release from a reviewed watch delta.
+"""Change a lane's expectations: `record` a new release from a reviewed watch delta, and mark which
+recorded releases were `measured` with today's harness.
 
     dflash-matrix expectations record watch/selection/0.34.0/delta.json \\
         --recheck reports/selection-0.33.0 reports/selection-0.34.0
+    dflash-matrix expectations measured selection history/   # after `history --recorded`
+
+`measured` re-judges saved reports (a history folder's per-release reports, or report folders): for
+each whose every cell is as its release's expectations say, it records the lane's build-path
+fingerprint (harness/watch/record.py) as that release's ``measured`` entry. `record` refuses while
+an older recorded release's entry is not today's fingerprint: a change to the audit, the axes or a
+lane's build path may have moved its cells, and nobody re-measured it.
 
 `record` appends the delta's patch.toml (the rules `watch` proposed, reviewed: no TODO stub may be
 left) to the lane's expectations file, its finding stubs to the findings file, and the release to
@@ -24,16 +32,19 @@ release's judgement would move, or the new release's report would still not matc
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from harness.atomic import locked, write_set
 from harness.bundled import matrix_path
 from harness.commands.repro import report_document
 from harness.errors import InputError
-from harness.expectations import ExpectationSet, Rule, load_expectations
+from harness.expectations import ExpectationSet, Rule, lane_fingerprint, load_expectations
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.reports.inputs import load_json
 from harness.tomlfile import parse_release, read_toml
@@ -45,6 +56,8 @@ from harness.watch.record import (
     moved_judgements,
     read_patch,
     report_release,
+    stale_releases,
+    with_measured,
     with_release,
 )
 
@@ -58,6 +71,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument(
         "--recheck", nargs="+", default=[], metavar="REPORT", help="saved lane reports (folders or matrix.json)"
     )
+    measured = actions.add_parser(
+        "measured", help="mark the recorded releases whose saved reports are every cell as expected as measured today"
+    )
+    measured.add_argument("matrix", metavar="MATRIX", help="matrix file or shipped matrix name")
+    measured.add_argument(
+        "reports", nargs="+", metavar="REPORT", help="report folders, matrix.json, or a history folder"
+    )
+    measured.add_argument("--dry-run", action="store_true", help="check and say what would be written, write nothing")
     record.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
 
 
@@ -81,6 +102,8 @@ def _text(path: Path, what: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "measured":
+        return _measured(args)
     delta_path = Path(args.delta)
     delta = _delta(delta_path)
     release = str(delta.get("version") or delta["release"])
@@ -116,6 +139,15 @@ def _record(
     before = load_expectations(target, matrix)
     if parse_release(release) in before.releases:
         raise InputError(target, "expectations.releases", f"already records {release}")
+    fingerprint = lane_fingerprint(matrix)
+    stale = stale_releases(before, fingerprint, older_than=parse_release(release))
+    if stale:
+        print(
+            f"refused: vLLM {', '.join(stale)} not measured with today's {matrix.lane} build path ({fingerprint}): "
+            f"re-measure them first (dflash-matrix history {matrix.name} --recorded, then "
+            f"dflash-matrix expectations measured {matrix.name} HISTORY); nothing written"
+        )
+        return 1
     findings_name = read_toml(target).get("expectations", {}).get("findings")
     heading = f"# ---- vLLM {release} (recorded from dflash-matrix watch, judged against {delta.get('judged_as')}) ----"
     try:
@@ -221,3 +253,62 @@ def _recheck(
         "unchanged" if ok else f"MOVED (before: {judged - len(old_ids)})"
     )
     return line, ok, release
+
+
+def _report_files(given: str) -> list[Path]:
+    """A report's matrix.json; a history folder's, one per release (``<out>/<release>/matrix.json``)."""
+    path = Path(given)
+    if path.is_dir() and not (path / "matrix.json").exists():
+        found = sorted(path.glob("*/matrix.json"))
+        if not found:
+            raise InputError(path, "", "holds no matrix.json, nor release folders that do")
+        return found
+    return [path]
+
+
+def _measured(args: argparse.Namespace) -> int:
+    matrix = load_matrix(matrix_path(args.matrix))
+    target = matrix.expectations_path
+    if target is None:
+        raise InputError(matrix.path, "matrix.expectations", "names no expectations file")
+    documents = [(str(p), report_document(p)) for given in args.reports for p in _report_files(given)]
+    with locked(target.parent, wait=True):
+        expectations = load_expectations(target, matrix)
+        fingerprint = lane_fingerprint(matrix)
+        cells = expand(matrix)
+        measured = {str(release): value for release, value in expectations.measured.items()}
+        status = 0
+        for source, document in documents:
+            release = report_release(document)
+            if release is None or parse_release(release) not in expectations.releases:
+                print(f"{source}: not a report of a recorded release ({release or 'no single vLLM'}): skipped")
+                continue
+            ran_with = sorted({str(run.get("build_fingerprint")) for run in document.get("runs", [])})
+            if ran_with != [fingerprint]:
+                print(f"{source}: vLLM {release}: run with build path {', '.join(ran_with)}, not today's: not measured")
+                status = 1
+                continue
+            changed, judged = changed_cells(document, cells, expectations.for_release(release))
+            if judged != len(cells) or changed:
+                print(
+                    f"{source}: vLLM {release}: {judged - len(changed)} of {len(cells)} cells as expected: not measured"
+                )
+                status = 1
+                continue
+            measured[release] = fingerprint
+            print(f"{source}: vLLM {release}: every cell as expected: measured ({fingerprint})")
+        stale = stale_releases(
+            dataclasses.replace(expectations, measured={Version(k): v for k, v in measured.items()}), fingerprint
+        )
+        if stale:
+            print(f"still not measured with today's build path: {', '.join(stale)}")
+        if args.dry_run or not measured:
+            print("nothing written" + (" (--dry-run)" if args.dry_run else ""))
+            return status
+        text = with_measured(_text(target, "expectations file"), measured)
+        try:
+            write_set({target: text.encode("utf-8")})
+        except OSError as error:
+            raise InputError(target, "", f"cannot write ({error.strerror or error}); nothing written") from None
+        print(f"wrote {target}")
+        return status

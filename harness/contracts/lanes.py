@@ -60,6 +60,21 @@ _DRAFT_AXES = (
     "draft_kv_cache_dtype",
     "target_model",
 )
+# The code every lane's verdicts are built from (Contract.build_path): the shared draft flow and
+# audit, the contracts, the runner and the cell process, the verdict and its facts, the matrix.
+_SHARED_BUILD_PATH = (
+    "attention/**/*.py",
+    "contracts/**/*.py",
+    "runner/**/*.py",
+    "cell_process.py",
+    "observation.py",
+    "verdict.py",
+    "stages.py",
+    "matrix.py",
+    "axes.py",
+    "covering.py",
+)
+
 # The kernel lanes build the real target from its checkpoint: only families written with weights.
 _WEIGHTED_TARGETS = {
     "target_model": Limit(
@@ -76,6 +91,7 @@ CPU = Contract(
     defaults={"dtype": "bfloat16", "loader": "v2"},
     limits=_WEIGHTED_TARGETS,
     options=CpuOptions,
+    build_path=(*_SHARED_BUILD_PATH, "lanes/cpu.py"),
     isolation=Isolation(
         reset="harness.cell_process:reset_vllm_caches",
         why=(
@@ -178,6 +194,7 @@ GPU_EMULATED = Contract(
     limits=_WEIGHTED_TARGETS,
     options=GpuEmulatedOptions,
     key=_capability_process,
+    build_path=(*_SHARED_BUILD_PATH, "lanes/gpu/**/*.py", "cuda/**/*.py"),
     isolation=Isolation(
         reset="harness.cell_process:reset_vllm_caches",
         why="every functools cache of the loaded vllm modules is cleared before each cell, as in the selection lane",
@@ -256,6 +273,7 @@ SELECTION = Contract(
     options=SelectionOptions,
     key=_selection_process,
     machine=SIMULATED_MACHINE,
+    build_path=(*_SHARED_BUILD_PATH, "lanes/selection/**/*.py", "cuda/**/*.py"),
     isolation=Isolation(
         reset="harness.cell_process:reset_vllm_caches",
         why=(

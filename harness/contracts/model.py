@@ -198,6 +198,9 @@ class Contract:
     isolation: what its cell processes reset before each cell.
     machine:  the machine its verdicts stand for, answered to vLLM whatever the host
               (``harness.contracts.machine``); None where the host is the machine under test.
+    build_path: globs, relative to the harness package, of the code its verdicts are built from
+              (the audit, the loaders, the lane, the runner): with its matrix, what a recorded
+              release's ``measured`` fingerprint covers (``harness.watch.record``).
     """
 
     name: str
@@ -213,6 +216,7 @@ class Contract:
     plugins: tuple[str, ...] = ()
     isolation: Isolation = Isolation()
     machine: Machine | None = None
+    build_path: tuple[str, ...] = ()
 
     @property
     def option_names(self) -> tuple[str, ...]:

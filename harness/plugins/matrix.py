@@ -21,7 +21,7 @@ import pytest
 
 from harness.bundled import matrix_path
 from harness.errors import EXIT_BAD_INPUT, InputError
-from harness.expectations import ExpectationSet, describe_stale, expectations_for
+from harness.expectations import ExpectationSet, describe_stale, expectations_for, lane_fingerprint
 from harness.journal import JOURNAL_SUFFIX, JournalWriter, read_journals
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.order import CHOICES as ORDER_CHOICES
@@ -135,7 +135,15 @@ class MatrixPlugin:
             resumed=resumed,
         )
         planned = [item.cell.id for item in session.items if isinstance(item, CellItem)]
-        self.session.start(planned, matrix_path=_relative(self.matrix.path), worker=self.worker, order=str(self.order))
+        self.session.start(
+            planned,
+            matrix_path=_relative(self.matrix.path),
+            worker=self.worker,
+            order=str(self.order),
+            # What the lane's verdicts were built from: `expectations measured` takes a report as a
+            # release's measurement only with today's (harness.expectations.lane_fingerprint).
+            build_fingerprint=lane_fingerprint(self.matrix),
+        )
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.session is not None:

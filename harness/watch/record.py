@@ -23,6 +23,7 @@ from harness.matrix import Cell
 
 FINDINGS_MARKER = "# findings (for the findings file the expectations name)"
 _RELEASES = re.compile(r"^releases\s*=\s*\[(?P<items>[^\]]*)\]", re.MULTILINE)
+_MEASURED = re.compile(r"^measured\s*=\s*\{[^}]*\}\n", re.MULTILINE)
 _STUB = "TODO"
 
 
@@ -96,3 +97,28 @@ def report_release(document: Mapping[str, Any]) -> str | None:
     runs = document.get("runs") or [document.get("run") or {}]
     versions = {str(run.get("vllm_version")) for run in runs if isinstance(run, dict) and run.get("vllm_version")}
     return versions.pop() if len(versions) == 1 else None
+
+
+def stale_releases(expectations: ExpectationSet, fingerprint: str, older_than: Version | None = None) -> list[str]:
+    """The recorded releases (older than ``older_than``) not measured with ``fingerprint``. A file
+    that keeps no ``measured`` table at all is not guarded (one written before the table existed)."""
+    if not expectations.measured:
+        return []
+    return [
+        str(release)
+        for release in expectations.releases
+        if (older_than is None or release < older_than) and expectations.measured.get(release) != fingerprint
+    ]
+
+
+def with_measured(text: str, measured: Mapping[str, str]) -> str:
+    """The expectations text with its ``measured`` table replaced (or added after ``releases``)."""
+    ordered = sorted(measured.items(), key=lambda item: Version(item[0]))
+    line = "measured = { " + ", ".join(f'"{release}" = "{value}"' for release, value in ordered) + " }\n"
+    if _MEASURED.search(text):
+        return _MEASURED.sub(lambda _: line, text, count=1)
+    match = _RELEASES.search(text)
+    if match is None:
+        raise PatchError("expectations.releases", "the file records no releases list to put measured beside")
+    end = text.index("\n", match.end()) + 1
+    return text[:end] + line + text[end:]

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from harness.bundled import matrix_path
 from harness.cli import main
-from harness.expectations import expectations_for
-from harness.matrix import load_matrix
+from harness.expectations import build_fingerprint, expectations_for, lane_fingerprint, load_expectations
+from harness.matrix import expand, load_matrix
+from harness.watch.record import stale_releases, with_measured
+
+from . import test_watch
+from .test_watch import EXPECTATIONS, Fakes
+
+lane = test_watch.lane  # the watch tests' fake index, installer and lane, as a fixture here too
 
 pytestmark = pytest.mark.pure
 
@@ -26,3 +35,88 @@ def test_recorded_and_a_range_together_are_one_line(capsys: pytest.CaptureFixtur
     assert main(["history", "selection", "--recorded", "--old", "0.24.0", "--plan"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--recorded" in err[0]
+
+
+def test_a_fingerprint_moves_with_any_file_of_the_build_path_and_with_the_matrix(tmp_path: Path) -> None:
+    package = tmp_path / "harness"
+    (package / "attention").mkdir(parents=True)
+    (package / "attention" / "audit.py").write_text("A = 1\n")
+    (package / "reports.py").write_text("R = 1\n")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text("[matrix]\n")
+    first = build_fingerprint(package, ("attention/**/*.py",), (matrix,))
+    (package / "reports.py").write_text("R = 2\n")  # off the build path: the same fingerprint
+    assert build_fingerprint(package, ("attention/**/*.py",), (matrix,)) == first
+    (package / "attention" / "audit.py").write_text("A = 2\n")
+    second = build_fingerprint(package, ("attention/**/*.py",), (matrix,))
+    matrix.write_text("[matrix]\nname = 'm'\n")
+    assert len({first, second, build_fingerprint(package, ("attention/**/*.py",), (matrix,))}) == 3
+
+
+def test_a_report_measures_its_release_only_with_todays_build_path_and_every_cell_as_expected(
+    tmp_path: Path, lane: Callable[..., Fakes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lane()
+    matrix = load_matrix(tmp_path / "m.toml")
+    today = lane_fingerprint(matrix)
+    reports = []
+    for release, built in (("0.32.0", "an-older-build"), ("0.33.0", today)):
+        cells = []
+        for cell in expand(matrix):
+            verdict, message = test_watch._answer(release, dict(cell.values))
+            cells.append(
+                {
+                    "id": cell.id,
+                    "lane": "selection",
+                    "run": "r",
+                    "axes": cell.values,
+                    "verdict": verdict,
+                    "expected": verdict,
+                    "message": message,
+                    "stage": "select",
+                    "observed_backends": [],
+                }
+            )
+        run = {"key": "r", "lane": "selection", "vllm_version": release, "build_fingerprint": built}
+        folder = tmp_path / "reports" / release
+        folder.mkdir(parents=True)
+        (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": cells}))
+        reports.append(str(folder))
+    expectations = tmp_path / "expectations" / "m.toml"
+    assert main(["expectations", "measured", str(tmp_path / "m.toml"), *reports]) == 1
+    said = capsys.readouterr().out
+    assert "vLLM 0.32.0: run with build path an-older-build, not today's: not measured" in said
+    assert f"vLLM 0.33.0: every cell as expected: measured ({today})" in said
+    assert load_expectations(expectations, matrix).measured == {Version("0.33.0"): today}
+    # Guarded from now on: recording 0.34.0 waits for 0.32.0 to be measured with today's build path.
+    assert stale_releases(load_expectations(expectations, matrix), today, Version("0.34.0")) == ["0.32.0"]
+
+
+def test_record_refuses_while_an_older_recorded_release_is_stale(
+    tmp_path: Path, lane: Callable[..., Fakes], capsys: pytest.CaptureFixture[str]
+) -> None:
+    lane(("0.32.0", "0.33.0", "0.34.0"))
+    assert (
+        main(
+            [
+                "watch",
+                str(tmp_path / "m.toml"),
+                "--out",
+                str(tmp_path / "watch"),
+                "--cache",
+                str(tmp_path / "c"),
+                "--no-repro-check",
+            ]
+        )
+        == 0
+    )
+    folder = tmp_path / "watch" / "m" / "0.34.0"
+    (folder / "patch.toml").write_text((folder / "patch.toml").read_text().replace("TODO", "reviewed"))
+    expectations = tmp_path / "expectations" / "m.toml"
+    expectations.write_text(with_measured(EXPECTATIONS, {"0.32.0": "an-older-build", "0.33.0": "another"}))
+    before = expectations.read_text()
+    capsys.readouterr()
+    assert main(["expectations", "record", str(folder / "delta.json")]) == 1
+    out = capsys.readouterr().out
+    assert "refused: vLLM 0.32.0, 0.33.0 not measured with today's selection build path" in out
+    assert expectations.read_text() == before
