@@ -101,13 +101,17 @@ def judge(obs: Observation) -> Judgement:
         return Judgement(Verdict.CRASH, Stage.BUILD, "lane reported no draft attention layer")
     wanted = obs.requested_backend
     layers = ", ".join(obs.observed_backends)
+    # A lost request is the verdict where the layers also carry settings they did not ask for; the
+    # settings are named beside it, never dropped.
+    also = f"; draft layers also carry settings they did not ask for: {'; '.join(obs.lost_settings)}"
+    beside = also if obs.lost_settings else ""
     if obs.platform_refusal is not None:
         reasons = "; ".join(obs.platform_refusal) or "no reasons given"
         return Judgement(
             Verdict.WRONG_BACKEND,
             Stage.BUILD,
             f"the platform refuses {wanted or 'auto-selection'} ({reasons}), yet draft layers carry {layers}: "
-            "the loader never passed the request on",
+            f"the loader never passed the request on{beside}",
         )
     choices = obs.layer_choices or (obs.platform_choice,) * len(obs.observed_backends)
     strays = sorted({b for b, c in zip(obs.observed_backends, choices, strict=False) if b != c})
@@ -117,7 +121,7 @@ def judge(obs: Observation) -> Judgement:
         return Judgement(
             Verdict.WRONG_BACKEND,
             Stage.BUILD,
-            f"{what}: the platform selects {selects}, but draft layers carry {layers}",
+            f"{what}: the platform selects {selects}, but draft layers carry {layers}{beside}",
         )
     if obs.lost_settings:
         return Judgement(

@@ -172,3 +172,28 @@ def test_the_loader_differential_wants_bits_from_one_kernel_and_tolerance_across
     assert judge(dataclasses.replace(swapped, loader_differential=off.loader_differential)).verdict == (
         Verdict.LOADER_DIFF
     )
+
+
+def test_a_lost_request_stays_the_verdict_and_names_the_settings_the_layers_also_carry() -> None:
+    lost = ("model.layers.0.self_attn.attn: sinks is False, the draft asked for True",)
+    refused = Observation(
+        "FLEX_ATTENTION",
+        platform_refusal=("attention sinks not supported",),
+        observed_backends=("FLASH_ATTN",),
+        lost_settings=lost,
+    )
+    stray = Observation(
+        "TRITON_ATTN", platform_choice="TRITON_ATTN", observed_backends=("FLASH_ATTN",), lost_settings=lost
+    )
+    for observation in (refused, stray):
+        judgement = judge(observation)
+        assert judgement.verdict == Verdict.WRONG_BACKEND
+        assert judgement.message.endswith(f"; draft layers also carry settings they did not ask for: {lost[0]}")
+    assert (
+        judge(
+            Observation(
+                "TRITON_ATTN", platform_choice="TRITON_ATTN", observed_backends=("TRITON_ATTN",), lost_settings=lost
+            )
+        ).verdict
+        == Verdict.WRONG_SETTING
+    )

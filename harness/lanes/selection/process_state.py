@@ -239,6 +239,12 @@ class ProcessState:
             # The draft's metadata built for another block size than the cache it is bound to.
             lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
         if lost:
+            if rejection is not None:
+                # Both facts stand: the platform refuses the request, yet a draft was built (the loader
+                # never passed the request on: PR #46770's cells before 0.25.0), and its layers carry
+                # settings they did not ask for. The lost request is the verdict; the settings go beside it.
+                details["draft"] = "built although the platform rejects the request: the loader lost it"
+                return seen(platform_refusal=rejection, observed_backends=observed, lost_settings=lost)
             return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         if rejection is not None:
             # The platform refuses this request, yet the loader built a draft: it never passed
