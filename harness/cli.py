@@ -33,6 +33,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("watch-issues", "harness.commands.watch_issues"),
     ("repro", "harness.commands.repro"),
     ("findings", "harness.commands.findings"),
+    ("site", "harness.commands.site"),
     ("report", "harness.commands.report"),
     ("merge", "harness.commands.merge"),
     ("diff", "harness.commands.diff"),

@@ -88,7 +88,7 @@ REQUIRE_BROWSER = Variable(
     "DFLASH_REQUIRE_BROWSER",
     "unset: the browser tests skip without Playwright or Chromium",
     "`1` (tox -e reports) fails the matrix.html browser tests instead of skipping them",
-    ("tox.ini", "tests/reports/test_html_browser.py"),
+    ("tox.ini", "tests/reports/chromium.py"),
     Audience.TESTS,
 )
 REQUIRE_CONSUMERS = Variable(
@@ -109,7 +109,7 @@ CHROMIUM = Variable(
     "DFLASH_CHROMIUM",
     "`chromium` on PATH",
     "the Chromium executable the browser tests drive",
-    ("tests/reports/test_html_browser.py",),
+    ("tests/reports/chromium.py",),
     Audience.TESTS,
 )
 ENRICOMI_SOURCE = Variable(

@@ -1,13 +1,7 @@
-"""matrix.html in a real browser: Debian's Chromium, driven by Playwright (no browser download).
-
-Skipped where Playwright or Chromium is missing, except under DFLASH_REQUIRE_BROWSER=1
-(the tox `reports` env, which installs both): there a missing browser fails the run.
-"""
+"""matrix.html in a real browser: Debian's Chromium, driven by Playwright (chromium.py says when it skips)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +13,7 @@ from harness.reports.build import render_reports
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
 
+from .chromium import browser_or_skip
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
 pytestmark = pytest.mark.process
@@ -29,25 +24,9 @@ B200 = {**DEFAULT_ENV, "device": "NVIDIA B200"}
 PAGE = 200  # rows the page draws before "show more"
 
 
-def _browser_or_skip() -> tuple[Any, str]:
-    required = os.environ.get("DFLASH_REQUIRE_BROWSER") == "1"
-    chromium = os.environ.get("DFLASH_CHROMIUM") or shutil.which("chromium")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        if required:
-            pytest.fail("DFLASH_REQUIRE_BROWSER=1 but the playwright package is not installed")
-        pytest.skip("the playwright package is not installed (tox -e reports installs it)")
-    if not chromium:
-        if required:
-            pytest.fail("DFLASH_REQUIRE_BROWSER=1 but no chromium executable (apt-get install -y chromium)")
-        pytest.skip("no chromium executable (tox -e reports installs Debian's chromium)")
-    return sync_playwright, chromium
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    sync_playwright, chromium = _browser_or_skip()
+    sync_playwright, chromium = browser_or_skip()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=chromium, headless=True)
         yield launched
