@@ -12,30 +12,25 @@ from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import expectations_for
 from harness.matrix import expand, load_matrix
-from harness.observation import Failure, Observation
+from harness.observation import Observation
 from harness.reports.finding_pages import user_configuration
 from harness.result import decide
-from harness.verdict import Stage
 
 pytestmark = pytest.mark.pure
 
 # A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM120).
 PER_KIND = "sm120-auto-causal-sink-kv-fp8-tgtkind.TRITON_ATTN-v2-cubin"
-NO_DRIVER = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"
-# 0.32.0: the last release recorded before the lane declared its machine, where the ROCm cells still
-# hold the harness limitation (rocm-checks-need-a-driver) this test keeps off the pages.
-RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.32.0", "torch_version": "2.14.0"}
+REFUSED = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"  # a refusal as expected: no finding, no page
+RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
 
 def _report(folder: Path) -> Path:
     matrix = load_matrix(matrix_path("selection"))
-    expectations = expectations_for(matrix, "0.32.0")
+    expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     seen = {
         PER_KIND: Observation(None, platform_choice="FLASHINFER", observed_backends=("TRITON_ATTN",)),
-        NO_DRIVER: Observation(
-            "ROCM_AITER_FA", failure=Failure(Stage.SELECT, "RuntimeError", "Found no NVIDIA driver on your system")
-        ),
+        REFUSED: Observation("ROCM_AITER_FA", rejection=("compute capability not supported",)),
     }
     records = [
         {**decide(cells[ident], observation, expectations.for_cell(cells[ident])).to_json(), "run": "s"}
@@ -60,9 +55,8 @@ def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys
     assert "first bad release: 0.26.0" in page and "Result: not run here" in page
     index = (out / "index.md").read_text()
     assert "(target-per-kind-backend-overrides-draft.md)" in index
-    assert "ROCm backends whose checks query torch.cuda" in index and "harness-limitation" in index
-    assert "(rocm-checks-need-a-driver.md)" not in index  # no page for a harness limitation, so no link
-    assert "| 0.26.0 |" in index and "| not run |" in index and "| - |" in index
+    assert "ROCM_AITER_FA" not in index  # a cell as expected that records no finding gets no page
+    assert "| 0.26.0 |" in index and "| not run |" in index
     printed = capsys.readouterr().out
     assert "not run here" in printed and "wrote 1 page(s), 1 repro script(s) and index.md" in printed
 
