@@ -256,12 +256,12 @@ def _recheck(
 
 
 def _report_files(given: str) -> list[Path]:
-    """A report's matrix.json; a history folder's, one per release (``<out>/<release>/matrix.json``)."""
+    """A report's matrix.json; a history folder's, one per release (``<out>/releases/<release>/``)."""
     path = Path(given)
-    if path.is_dir() and not (path / "matrix.json").exists():
-        found = sorted(path.glob("*/matrix.json"))
+    if path.is_dir() and (path / "releases").is_dir():
+        found = sorted((path / "releases").glob("*/matrix.json"))
         if not found:
-            raise InputError(path, "", "holds no matrix.json, nor release folders that do")
+            raise InputError(path, "releases", "holds no release report (matrix.json)")
         return found
     return [path]
 

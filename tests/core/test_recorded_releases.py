@@ -78,12 +78,12 @@ def test_a_report_measures_its_release_only_with_todays_build_path_and_every_cel
                 }
             )
         run = {"key": "r", "lane": "selection", "vllm_version": release, "build_fingerprint": built}
-        folder = tmp_path / "reports" / release
+        folder = tmp_path / "history" / "releases" / release  # the layout `history --out` writes
         folder.mkdir(parents=True)
         (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": cells}))
         reports.append(str(folder))
     expectations = tmp_path / "expectations" / "m.toml"
-    assert main(["expectations", "measured", str(tmp_path / "m.toml"), *reports]) == 1
+    assert main(["expectations", "measured", str(tmp_path / "m.toml"), str(tmp_path / "history")]) == 1
     said = capsys.readouterr().out
     assert "vLLM 0.32.0: run with build path an-older-build, not today's: not measured" in said
     assert f"vLLM 0.33.0: every cell as expected: measured ({today})" in said
