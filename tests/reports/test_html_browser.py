@@ -13,7 +13,6 @@ from harness.reports.build import render_reports
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
 
-from .chromium import browser_or_skip
 from .shards import DEFAULT_ENV, cell, write_journal, write_shard
 
 pytestmark = pytest.mark.process
@@ -22,15 +21,6 @@ HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="windo
 HOSTILE_DEVICE = "GPU <i>x</i> </script>"
 B200 = {**DEFAULT_ENV, "device": "NVIDIA B200"}
 PAGE = 200  # rows the page draws before "show more"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright, chromium = browser_or_skip()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

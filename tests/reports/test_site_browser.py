@@ -15,20 +15,10 @@ import pytest
 
 from harness.cli import main
 
-from .chromium import browser_or_skip
 from .site_links import read_page
 from .site_plants import write_site_reports
 
 pytestmark = pytest.mark.process
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright, chromium = browser_or_skip()
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=chromium, headless=True)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
