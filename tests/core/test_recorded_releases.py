@@ -12,7 +12,7 @@ from packaging.version import Version
 from harness.bundled import matrix_path
 from harness.cli import main
 from harness.expectations import build_fingerprint, expectations_for, lane_fingerprint, load_expectations
-from harness.matrix import expand, load_matrix
+from harness.matrix import load_matrix
 from harness.watch.record import stale_releases, with_measured
 
 from . import test_watch
@@ -56,32 +56,18 @@ def test_a_fingerprint_moves_with_any_file_of_the_build_path_and_with_the_matrix
 def test_a_report_measures_its_release_only_with_todays_build_path_and_every_cell_as_expected(
     tmp_path: Path, lane: Callable[..., Fakes], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    lane()
+    fakes = lane()
     matrix = load_matrix(tmp_path / "m.toml")
     today = lane_fingerprint(matrix)
-    reports = []
     for release, built in (("0.32.0", "an-older-build"), ("0.33.0", today)):
-        cells = []
-        for cell in expand(matrix):
-            verdict, message = test_watch._answer(release, dict(cell.values))
-            cells.append(
-                {
-                    "id": cell.id,
-                    "lane": "selection",
-                    "run": "r",
-                    "axes": cell.values,
-                    "verdict": verdict,
-                    "expected": verdict,
-                    "message": message,
-                    "stage": "select",
-                    "observed_backends": [],
-                }
-            )
-        run = {"key": "r", "lane": "selection", "vllm_version": release, "build_fingerprint": built}
-        folder = tmp_path / "history" / "releases" / release  # the layout `history --out` writes
-        folder.mkdir(parents=True)
-        (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": cells}))
-        reports.append(str(folder))
+        # The watch tests' fake lane writes the release's report (every cell as that release answers),
+        # in the layout `history --out` writes; the run header names the build it ran with.
+        fakes.installs.append((release, None))
+        path = fakes.lane(fakes.env, tmp_path / "m.toml", tmp_path / "history" / "releases" / release)
+        assert path is not None
+        document = json.loads(path.read_text())
+        document["runs"][0]["build_fingerprint"] = built
+        path.write_text(json.dumps(document))
     expectations = tmp_path / "expectations" / "m.toml"
     assert main(["expectations", "measured", str(tmp_path / "m.toml"), str(tmp_path / "history")]) == 1
     said = capsys.readouterr().out
