@@ -1,5 +1,5 @@
 """Tiny random-weight checkpoints: a Qwen3 target and DFlash drafts, as safetensors, with the
-configs ``harness.attention.configs`` says.
+configs ``harness.deployment.models`` says.
 
 Real files rather than ``load_format="dummy"``: on CPU the dummy loader never calls
 ``load_weights``, so the DFlash draft builds its fused K/V buffers after the CPU linear
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from harness.attention.configs import (
+from harness.deployment.models import (
     DFLASH2_CONFIG,
     DSPARK_MARKOV_RANK,
     DraftSpec,

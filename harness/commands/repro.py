@@ -32,11 +32,11 @@ from typing import Any
 
 from harness.atomic import refuse_overlap, report_paths, write_outputs
 from harness.attention import audit
-from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
 from harness.axes import AXES_BY_NAME, BLOCK_SIZE_UNSET, LONG_CONTEXT_LENS
 from harness.bundled import matrix_path
 from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
+from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
@@ -106,7 +106,7 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
 
 
 def _selection_checkpoints(axes: dict[str, Any], head_dim: int) -> dict[str, Any]:
-    """The cell's target and draft configs as the selection lane writes them (harness.attention.configs:
+    """The cell's target and draft configs as the selection lane writes them (harness.deployment.models:
     the target's family, e.g. a model-level window or a multimodal prefix-LM), and what each draft layer
     asks for (the lane's effective-settings audit, harness.attention.audit)."""
     shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from harness.attention import audit
-from harness.attention.configs import SELECTION_SHAPE, target_config
 from harness.bundled import matrix_path
 from harness.cli import main
+from harness.deployment.models import SELECTION_SHAPE, target_config
 from harness.expectations import expectations_for
 from harness.findings import load_findings
 from harness.matrix import Cell, Matrix, expand, load_matrix
