@@ -9,6 +9,7 @@ Device-agnostic: the lane passes the device and owns everything platform-specifi
 from __future__ import annotations
 
 import copy
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from torch import nn
 
 from harness.attention.apis import ApiUnavailable, config_gap, vllm_apis
 from harness.deployment.arguments import Deployment, engine_arguments
-from harness.deployment.models import DraftTruth
+from harness.deployment.models import V2_LOADERS, DraftTruth
 from harness.observation import Claim
 
 LOADERS = ("v1", "v2")
@@ -120,17 +121,11 @@ def v1_refusal(vllm_config: Any) -> str | None:
 
 
 def _v2_loader(method: str) -> Any:
-    """Model Runner V2's loader for the method: DFlash and DFlash2 share ``load_dflash_model``
-    (DFlash2Speculator subclasses DFlashSpeculator); DSpark has ``load_dspark_model``."""
+    """Model Runner V2's loader for the method (``harness.deployment.models.V2_LOADERS``)."""
+    module, function = V2_LOADERS[method]
     try:
-        if method == "dspark":
-            from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
-
-            return load_dspark_model
-        from vllm.v1.worker.gpu.spec_decode.dflash.utils import load_dflash_model
-
-        return load_dflash_model
-    except ImportError as exc:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:  # AttributeError: `from module import function` fails
         raise LoaderUnavailable(f"no Model Runner V2 loader for {method}: {exc}") from exc
 
 

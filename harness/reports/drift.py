@@ -33,8 +33,8 @@ from enum import StrEnum
 from typing import Any
 
 from harness.reports.backend_table import SUPPORTED, UNSUPPORTED, BackendTable, Feature
-from harness.reports.markdown import md
 from harness.reports.model import CellRun
+from harness.reports.text import md
 from harness.verdict import Stage, Verdict
 
 DRIFT_SCHEMA = "dflash-matrix-drift/1"

@@ -21,9 +21,8 @@ from packaging.version import InvalidVersion, Version
 from harness.deployment.arguments import engine_arguments
 from harness.deployment.cells import lane_deployment
 from harness.findings import FindingKind
-from harness.reports.history import FindingReleases
-from harness.reports.markdown import md
-from harness.reports.model import FindingInRun, Report
+from harness.reports.model import FindingInRun, FindingReleases, Report
+from harness.reports.text import md
 from harness.result import CellResult
 
 # The kinds a page is written for: those with something to hand upstream.

@@ -237,11 +237,11 @@ def test_the_engine_argument_keys_are_spelled_in_the_deployment_only() -> None:
     the lanes' (the finding pages once printed ``attention_backend=`` where the lanes set the
     attention config's backend). Reading vLLM's config (``config.speculative_config``) is no spelling."""
     assert _spellings(ast.parse(MODULES[ARGUMENTS_HOME].read_text()))
-    spelled = {
-        module: found
-        for module, path in MODULES.items()
-        if module != ARGUMENTS_HOME and (found := _spellings(ast.parse(path.read_text())))
-    }
+    sources = {module: path for module, path in MODULES.items() if module != ARGUMENTS_HOME}
+    # The repro templates are Python (their markers are names): their scripts carry the arguments as data.
+    sources.update({path.name: path for path in (HARNESS / "repro").glob("*.tmpl")})
+    assert len(sources) > len(MODULES)
+    spelled = {name: found for name, path in sources.items() if (found := _spellings(ast.parse(path.read_text())))}
     assert spelled == {}
 
 
@@ -255,3 +255,35 @@ def test_every_module_a_lane_reaches_in_the_deployment_is_in_its_build_path() ->
         reached = {m for m in _reachable(contract.module) if m.startswith(DEPLOYMENT)}
         files = {path for pattern in contract.build_path for path in HARNESS.glob(pattern)}
         assert {m for m in reached if MODULES[m] not in files} == set(), contract.name
+
+
+# The report's views (issue 37): each reads the model (and the inputs, and the small modules below
+# every view: text escaping, JSON text, run pairing, device grids), never another view, as pytest's
+# junitxml.py is imported by nobody. ``build`` assembles them, the commands call them.
+REPORT_VIEWS = {
+    # the report's own files and the job summary
+    "junit",
+    "matrix_json",
+    "markdown",
+    "html",
+    "step_summary",
+    # comparisons of two reports, or of a report with vLLM's docs
+    "diff",
+    "exact",
+    "drift",
+    # the commands' pages
+    "history",
+    "finding_pages",
+    "release_delta",
+}
+
+
+def test_no_view_of_the_report_imports_another_view() -> None:
+    views = {f"harness.reports.{name}" for name in REPORT_VIEWS}
+    assert views <= set(MODULES)
+    imported = {view: sorted(GRAPH[view] & views) for view in views}
+    assert {view: others for view, others in imported.items() if others} == {}
+    assemblers = ("harness.reports", "harness.reports.build")  # the package re-exports build
+    below = {m for m in _family("harness.reports") if m not in views and m not in assemblers}
+    for module in below:  # nothing under the views reaches up to one
+        assert _reachable(module) & views == set(), module
