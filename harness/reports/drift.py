@@ -35,7 +35,8 @@ from typing import Any
 from harness.reports.backend_table import SUPPORTED, UNSUPPORTED, BackendTable, Feature
 from harness.reports.model import CellRun
 from harness.reports.text import md
-from harness.verdict import Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 DRIFT_SCHEMA = "dflash-matrix-drift/1"
 

@@ -287,3 +287,31 @@ def test_no_view_of_the_report_imports_another_view() -> None:
     below = {m for m in _family("harness.reports") if m not in views and m not in assemblers}
     for module in below:  # nothing under the views reaches up to one
         assert _reachable(module) & views == set(), module
+
+
+# Names read all over the harness, each imported from the one module that defines it (issue 37: they
+# were re-exported from two places).
+HOMES = {
+    "STAGES": "harness.stages",
+    "Stage": "harness.stages",
+    "StageLog": "harness.stages",
+    "DraftSpec": "harness.deployment.models",
+    "DraftTruth": "harness.deployment.models",
+    "ModelShape": "harness.deployment.models",
+    "EngineSettings": "harness.deployment.settings",
+    "Deployment": "harness.deployment.arguments",
+}
+
+
+def test_shared_names_are_imported_from_their_one_home() -> None:
+    strays = []
+    roots = [HARNESS, HARNESS.parent / "tests", HARNESS.parent / "benchmarks"]
+    for path in (file for root in roots for file in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+                strays += [
+                    f"{path.name}: {alias.name} from {node.module}"
+                    for alias in node.names
+                    if alias.name in HOMES and node.module != HOMES[alias.name]
+                ]
+    assert strays == []

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from harness.observation import Failure, Observation
-from harness.verdict import Stage, Verdict, judge
+from harness.stages import Stage
+from harness.verdict import Verdict, judge
 
 from .e2e_generate import MAX_TOKENS, PROMPTS
 
