@@ -8,6 +8,7 @@ finding pages' configuration and a repro script's data."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,11 +35,8 @@ def test_every_verdict_has_a_grid_symbol_a_severity_and_a_readme_row() -> None:
 
 @pytest.mark.pure
 def test_the_how_to_names_every_file_its_checklists_send_a_reader_to() -> None:
-    text = HOW_TO.read_text()
-    named = {word.strip("`") for word in text.split() if word.startswith("`harness/") or word.startswith("`tests/")}
-    missing = sorted(
-        path for path in (name.rstrip(".,:;)") for name in named) if "*" not in path and not (ROOT / path).exists()
-    )
+    named = set(re.findall(r"`((?:harness|tests|tools|docs)/[^`\s]+)`", HOW_TO.read_text()))
+    missing = sorted(path for path in named if "<" not in path and "*" not in path and not (ROOT / path).exists())
     assert named and missing == []
 
 
