@@ -20,11 +20,13 @@ import pytest
 from harness.reports.device_grid import SYMBOLS
 from harness.verdict import VERDICT_ORDER, Verdict, severity
 
+# The throwaway axis runs a Python of its own on a copy of the harness: the process tier.
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[2]
 HOW_TO = ROOT / "docs" / "how-to" / "extend.md"
 
 
-@pytest.mark.pure
 def test_every_verdict_has_a_grid_symbol_a_severity_and_a_readme_row() -> None:
     readme = (ROOT / "README.md").read_text()
     assert set(SYMBOLS) == set(Verdict), "a verdict without a grid symbol (harness/reports/device_grid.py)"
@@ -33,7 +35,6 @@ def test_every_verdict_has_a_grid_symbol_a_severity_and_a_readme_row() -> None:
     assert [v for v in Verdict if f"| `{v.value}` |" not in readme] == [], "a verdict missing from the README table"
 
 
-@pytest.mark.pure
 def test_the_how_to_names_every_file_its_checklists_send_a_reader_to() -> None:
     named = set(re.findall(r"`((?:harness|tests|tools|docs)/[^`\s]+)`", HOW_TO.read_text()))
     missing = sorted(path for path in named if "<" not in path and "*" not in path and not (ROOT / path).exists())
@@ -83,7 +84,6 @@ FOLLOW_THE_AXIS = textwrap.dedent(
 )
 
 
-@pytest.mark.process
 def test_an_axis_that_changes_the_engine_takes_edits_in_three_harness_files(tmp_path: Path) -> None:
     copy = tmp_path / "harness"
     shutil.copytree(ROOT / "harness", copy, ignore=shutil.ignore_patterns("__pycache__"))
