@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.attention.apis import ApiUnavailable, config_gap, vllm_apis
+from harness.attention.apis import ApiUnavailable, config_gap, unregistered_architecture, vllm_apis
 from harness.attention.checkpoint import DraftTruth
 from harness.observation import Claim
 
@@ -119,7 +119,7 @@ def engine_config(
         )
         config = args.create_engine_config()
     except ValueError as error:  # pydantic's ValidationError is one
-        if (gap := config_gap(error)) is not None:
+        if (gap := config_gap(error) or unregistered_architecture(error)) is not None:
             raise ApiUnavailable(gap) from None
         raise
     return config if settings.device is None else on_device(config, settings.device)
