@@ -16,6 +16,11 @@ expansions of one matrix file give the same rows in the same order.
 
 A pair every completion of which some exclusion removes is *excluded*, reported, never covered.
 
+``silent(row)`` names rows that stay cells but cover nothing (issue 35): a cell whose target vLLM
+refuses stops before vLLM answers anything about the draft, so a tuple it holds is not tested
+there. Such a row counts toward no pair or triple, and no extra row is built that is one; a tuple
+that only such rows could hold is excluded and reported like any other.
+
 ``triples`` names axes an interaction may need three of at once (issue 24: a bug that needs
 generation x requested backend x one target setting falls between pairwise rows). Once every
 pair is covered, more rows are added the same way until every value triple of any three of those
@@ -59,11 +64,13 @@ def cover(
     defaults: Mapping[str, AxisValue],
     excluded: Excluded,
     triples: tuple[str, ...] = (),
+    silent: Excluded = lambda row: False,
 ) -> Covering:
     """``product`` axes in full, ``covered`` axes pairwise; ``defaults`` gives each covered axis
     the value base rows carry (it must be one of its values); ``excluded(partial)`` is True
     when the values in ``partial`` already match some exclusion completely; every value triple
-    of three axes named in ``triples``, one of them covered, appears in some row too."""
+    of three axes named in ``triples``, one of them covered, appears in some row too; a row
+    ``silent`` matches is kept but covers nothing."""
     factors = product + covered
     names = [name for name, _ in factors]
     values = [vals for _, vals in factors]
@@ -89,16 +96,21 @@ def cover(
         ((a, i), (b, j)) for a, b in axis_pairs for i in range(len(values[a])) for j in range(len(values[b]))
     }
     for row in base:
+        if silent(row):
+            continue
         indices = index_of(row)
         uncovered -= {((a, indices[a]), (b, indices[b])) for a, b in axis_pairs}
 
     extra: list[Row] = []
     impossible: list[Interaction] = []
 
+    def refused(partial: Mapping[str, AxisValue]) -> bool:
+        return excluded(partial) or silent(partial)
+
     def fill(uncovered: set[Interaction]) -> None:
         while uncovered:
             seed = min(uncovered)
-            chosen = _complete(seed, values, names, uncovered, excluded, triple_axes)
+            chosen = _complete(seed, values, names, uncovered, refused, triple_axes)
             if chosen is None:
                 uncovered.discard(seed)
                 impossible.append(seed)
@@ -107,7 +119,7 @@ def cover(
             uncovered -= _interactions_of(chosen, triple_axes)
 
     fill(uncovered)
-    all_rows = [index_of(row) for row in (*base, *extra)]
+    all_rows = [index_of(row) for row in (*base, *extra) if not silent(row)]
     uncovered_triples: set[Interaction] = {
         ((a, i), (b, j), (c, k))
         for a, b, c in itertools.combinations(sorted(triple_axes), 3)

@@ -31,6 +31,11 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     backend = "auto"
     sink = [true]
 
+    [[stops_before_draft]]  # optional, repeatable: cells vLLM stops at the target, kept as cells
+    target_dtype = "float32"  # but covering no tuple (harness/covering.py); a reason is required
+    target_attention = "FLASHINFER"
+    reason = "FlashInfer serves no float32 target"
+
     [tolerance]
     bfloat16 = 2e-2
 
@@ -57,7 +62,7 @@ from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "cover", "triples", "product", "exclude", "tolerance", "options")
+_TOP_KEYS = ("matrix", "axes", "cover", "triples", "product", "exclude", "stops_before_draft", "tolerance", "options")
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,9 @@ class Matrix:
     # Further full products ([[product]]): where a few axes must be crossed in full (every
     # triple, not every pair) without multiplying the whole matrix by them.
     products: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
+    # Cells that stop before vLLM answers for the draft (its target refused), each with why: they
+    # stay cells, but a covered tuple counts only where a cell reaches the draft (issue 35).
+    stops_before_draft: tuple[StopBeforeDraft, ...] = ()
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -170,6 +178,10 @@ def load_matrix(path: str | Path) -> Matrix:
         read_selector(path, f"exclude[{i}]", rule, matrix.all_axes)
         for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
     )
+    stops = tuple(
+        _read_stop(path, f"stops_before_draft[{i}]", rule, matrix.all_axes)
+        for i, rule in enumerate(array_of_tables(path, raw, "stops_before_draft"))
+    )
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
     options = raw.get("options", {})
     if not isinstance(options, dict):
@@ -179,6 +191,7 @@ def load_matrix(path: str | Path) -> Matrix:
     matrix = replace(
         matrix,
         exclusions=exclusions,
+        stops_before_draft=stops,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
@@ -192,10 +205,16 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions)
+    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, _selectors(matrix.stops_before_draft))
 
 
-def _covering(axes: Factors, covered: Factors, triples: tuple[str, ...], exclusions: tuple[Selector, ...]) -> Covering:
+def _covering(
+    axes: Factors,
+    covered: Factors,
+    triples: tuple[str, ...],
+    exclusions: tuple[Selector, ...],
+    silent: tuple[Selector, ...] = (),
+) -> Covering:
     defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
         axes,
@@ -203,7 +222,17 @@ def _covering(axes: Factors, covered: Factors, triples: tuple[str, ...], exclusi
         {name: value for name, value in defaults.items() if value is not None},
         lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
         triples,
+        lambda row: any(selector_matches(rule, row) for rule in silent),
     )
+
+
+def _selectors(stops: tuple[StopBeforeDraft, ...]) -> tuple[Selector, ...]:
+    return tuple(stop.when for stop in stops)
+
+
+def stops_before_draft(matrix: Matrix, cell: Cell) -> StopBeforeDraft | None:
+    """The declaration saying vLLM stops this cell before the draft (its target refused), or None."""
+    return next((stop for stop in matrix.stops_before_draft if selector_matches(stop.when, cell.values)), None)
 
 
 def _all_axes(axes: Factors, covered: Factors, products: tuple[Factors, ...]) -> Factors:
@@ -255,6 +284,7 @@ def expand(matrix: Matrix) -> tuple[Cell, ...]:
         matrix.triples,
         matrix.products,
         matrix.exclusions,
+        _selectors(matrix.stops_before_draft),
         matrix.tolerances,
         matrix.timeout_s,
     )
@@ -271,6 +301,7 @@ def _cells(
     triples: tuple[str, ...],
     products: tuple[Factors, ...],
     exclusions: tuple[Selector, ...],
+    silent: tuple[Selector, ...],
     tolerances: tuple[tuple[str, float], ...],
     timeout_s: float,
 ) -> tuple[tuple[Cell, ...], str | None]:
@@ -279,7 +310,7 @@ def _cells(
     findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    rows = _covering(axes, covered, triples, exclusions).rows
+    rows = _covering(axes, covered, triples, exclusions, silent).rows
     for index, values in enumerate(rows + _product_rows(axes, covered, products, exclusions)):
         ident = cell_id(values)
         if index >= len(rows) and seen.get(ident) == values:
@@ -304,6 +335,22 @@ def _tolerance(tolerances: tuple[tuple[str, float], ...], dtype: AxisValue | Non
 
 
 Selector = tuple[tuple[str, tuple[AxisValue, ...]], ...]
+
+
+@dataclass(frozen=True)
+class StopBeforeDraft:
+    """[[stops_before_draft]]: cells whose target vLLM refuses, so nothing about the draft is
+    answered there (the selection lane says "the target failed first"), and why."""
+
+    when: Selector
+    reason: str
+
+
+def _read_stop(path: Path, key: str, raw: Mapping[str, Any], axes: Selector) -> StopBeforeDraft:
+    reason = raw.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise InputError(path, f"{key}.reason", "required: why vLLM stops these cells before the draft")
+    return StopBeforeDraft(read_selector(path, key, {k: v for k, v in raw.items() if k != "reason"}, axes), reason)
 
 
 def selector_matches(selector: Selector, values: Mapping[str, AxisValue]) -> bool:

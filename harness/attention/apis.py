@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,12 @@ class ApiUnavailable(Exception):
 _SCHEMA_GAPS = frozenset({"unexpected_keyword_argument", "extra_forbidden", "literal_error"})
 
 
+# SpeculativeConfig's check of the draft checkpoint's architecture against the model registry
+# (vllm/config/model.py, "... are not supported for now"): a release that registers no model class
+# for a method's draft (DFlash2DraftModel before 0.28.0) has no such deployment at all.
+_UNREGISTERED = re.compile(r"Model architectures \[([^\]]*)\] are not supported for now")
+
+
 def config_gap(error: Exception) -> str | None:
     """Why vLLM's config schema cannot take a cell's engine arguments in this release, when
     every error pydantic reports is of that kind (None: a real refusal, or no pydantic error)."""
@@ -53,6 +60,15 @@ def config_gap(error: Exception) -> str | None:
     fields = dict.fromkeys(".".join(str(part) for part in e.get("loc", ())) for e in found)
     inputs = dict.fromkeys(repr(e.get("input"))[:80] for e in found)
     return f"this vLLM release's {title} has no {', '.join(fields)} taking {', '.join(inputs)}"
+
+
+def unregistered_architecture(error: Exception) -> str | None:
+    """Why the release cannot build the draft at all: its model registry has no class for the
+    draft checkpoint's architecture (None: any other error)."""
+    found = _UNREGISTERED.search(str(error))
+    if found is None:
+        return None
+    return f"this vLLM release registers no model class for the draft's architecture {found.group(1)}"
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.attention.apis import ApiUnavailable, config_gap, vllm_apis
+from harness.attention.apis import ApiUnavailable, config_gap, unregistered_architecture, vllm_apis
 from harness.deployment.arguments import Deployment, engine_arguments
 from harness.deployment.models import V2_LOADERS, DraftTruth
 from harness.observation import Claim
@@ -43,7 +43,7 @@ def engine_config(target: Path, draft: Path, deployment: Deployment) -> Any:
         args = EngineArgs(**engine_arguments(deployment, str(target), str(draft)))
         config = args.create_engine_config()
     except ValueError as error:  # pydantic's ValidationError is one
-        if (gap := config_gap(error)) is not None:
+        if (gap := config_gap(error) or unregistered_architecture(error)) is not None:
             raise ApiUnavailable(gap) from None
         raise
     device = deployment.settings.device

@@ -189,6 +189,55 @@ def test_a_triple_no_row_can_hold_is_reported_not_looped_on() -> None:
     assert triples_present(result.rows, "a", "b", "c") == set(itertools.product((0, 1), "xy", "pq")) - {(1, "y", "q")}
 
 
+STOPS = """
+[[stops_before_draft]]
+target_dtype = "float32"
+kv_cache_dtype = "fp8"
+reason = "planted: the target refuses an fp8 cache in float32"
+"""
+
+
+def test_a_cell_that_stops_before_the_draft_covers_nothing(tmp_path: Path) -> None:
+    # Issue 35: every triple a cell reaching the draft can hold is held by one; none by a stopping cell.
+    matrix = matrix_from(tmp_path, BIG_PRODUCT + SEAM + STOPS)
+    stops = matrix.stops_before_draft[0]
+    reaching = [c.values for c in expand(matrix) if not selector_matches(stops.when, c.values)]
+    assert len(reaching) == len(expand(matrix))  # the generator builds no row it cannot count
+    feasible = {
+        t
+        for t in _feasible_triples(matrix)
+        if not ({("target_dtype", "float32"), ("kv_cache_dtype", "fp8")} <= set(t))
+    }
+    for a, b, c in itertools.combinations(matrix.triples, 3):
+        present = triples_present(reaching, a, b, c)
+        wanted = {(va, vb, vc) for (na, va), (nb, vb), (nc, vc) in feasible if (na, nb, nc) == (a, b, c)}
+        assert wanted <= present, f"{a} x {b} x {c}: missing {sorted(wanted - present, key=str)}"
+    excluded = covering(matrix).excluded_triples
+    assert (("capability", "8.0"), ("kv_cache_dtype", "fp8"), ("target_dtype", "float32")) in excluded
+    assert stops.reason.startswith("planted")
+
+
+def test_a_base_row_that_stops_before_the_draft_is_kept_and_its_pairs_covered_again() -> None:
+    # b = "y" is the product's own value here: the base row stays a cell, and another row covers its pairs.
+    result = cover(
+        (("a", (0, 1)), ("b", ("x", "y"))),
+        (("c", ("p", "q")),),
+        {"c": "p"},
+        lambda row: False,
+        silent=lambda row: row.get("a") == 1 and row.get("b") == "y" and row.get("c") == "p",
+    )
+    assert {"a": 1, "b": "y", "c": "p"} in result.base
+    counted = [row for row in result.rows if row != {"a": 1, "b": "y", "c": "p"}]
+    assert pairs_present(counted, "a", "c") == {(0, "p"), (0, "q"), (1, "p"), (1, "q")}
+    assert pairs_present(counted, "b", "c") == {("x", "p"), ("x", "q"), ("y", "p"), ("y", "q")}
+    assert not result.excluded_pairs
+
+
+def test_a_stop_without_a_reason_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"stops_before_draft\[0\]\.reason: required"):
+        matrix_from(tmp_path, BIG_PRODUCT + SEAM + '[[stops_before_draft]]\ntarget_dtype = "float32"\n')
+
+
 def test_a_matrix_without_cover_expands_as_before(tmp_path: Path) -> None:
     ids = [c.id for c in expand(matrix_from(tmp_path))]
     assert ids[:2] == ["CPU_ATTN-causal-sink-bf16", "CPU_ATTN-causal-nosink-bf16"] and len(ids) == 8

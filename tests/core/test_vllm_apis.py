@@ -103,3 +103,17 @@ def test_an_argument_the_release_lacks_is_a_config_gap_and_a_refused_value_is_no
     refused = _SchemaError("SpeculativeConfig", {"type": "value_error", "loc": (), "input": 3})
     mixed = _SchemaError("X", unknown.errors()[0], refused.errors()[0])
     assert config_gap(refused) is None and config_gap(mixed) is None and config_gap(ValueError("plain")) is None
+
+
+def test_a_draft_architecture_the_registry_lacks_is_unavailable_and_other_value_errors_are_not() -> None:
+    # vLLM 0.24.0-0.27.1 register no DFlash2DraftModel: SpeculativeConfig's architecture check says so.
+    from harness.attention.apis import unregistered_architecture
+
+    error = ValueError(
+        "1 validation error for SpeculativeConfig\n  Value error, Model architectures ['DFlash2DraftModel'] are "
+        "not supported for now. Supported architectures: dict_keys(['AfmoeForCausalLM', ...])"
+    )
+    assert unregistered_architecture(error) == (
+        "this vLLM release registers no model class for the draft's architecture 'DFlash2DraftModel'"
+    )
+    assert unregistered_architecture(ValueError("Selected backend FLASH_ATTN is not valid")) is None
