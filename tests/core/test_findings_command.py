@@ -18,8 +18,8 @@ from harness.result import decide
 
 pytestmark = pytest.mark.pure
 
-# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM120).
-PER_KIND = "sm120-auto-causal-sink-kv-fp8-tgtkind.TRITON_ATTN-v2-cubin"
+# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM80).
+PER_KIND = "sm80-auto-causal-sink-tgtkind.FLASHINFER-v2-cubin"
 REFUSED = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"  # a refusal as expected: no finding, no page
 RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
@@ -29,7 +29,7 @@ def _report(folder: Path) -> Path:
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     seen = {
-        PER_KIND: Observation(None, platform_choice="FLASHINFER", observed_backends=("TRITON_ATTN",)),
+        PER_KIND: Observation(None, platform_choice="TRITON_ATTN", observed_backends=("FLASHINFER",)),
         REFUSED: Observation("ROCM_AITER_FA", rejection=("compute capability not supported",)),
     }
     records = [
@@ -50,7 +50,7 @@ def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys
         "target-per-kind-backend-overrides-draft.md",
     ]
     page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
-    assert "    attention_config={'backend_per_kind': {'full_attention': 'TRITON_ATTN'" in page
+    assert "    attention_config={'backend_per_kind': {'full_attention': 'FLASHINFER'" in page
     assert "- expected (without the bug): **pass**" in page and "- actual: **wrong-backend**" in page
     assert "first bad release: 0.26.0" in page and "Result: not run here" in page
     index = (out / "index.md").read_text()
@@ -86,13 +86,13 @@ def test_the_script_is_written_for_the_first_of_a_findings_cells_repro_can_build
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     dspark = (
-        "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-tgthead.gemma3-v2-cubin"
+        "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-v2-cubin"
     )
-    dflash = "sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-kv-fp8-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin"
+    dflash = "sm80-TRITON_ATTN-causal-sink-dkv-fp8-tgtkind.FLASHINFER-v2-cubin"
     records = []
     for ident, asked, carried in (
         (dspark, "FLASH_ATTN_DIFFKV", "TRITON_ATTN"),
-        (dflash, "TRITON_ATTN_DIFFKV", "FLASHINFER"),
+        (dflash, "TRITON_ATTN", "FLASHINFER"),
     ):
         seen = Observation(asked, platform_choice=asked, observed_backends=(carried,))
         records.append({**decide(cells[ident], seen, expectations.for_cell(cells[ident])).to_json(), "run": "s"})
