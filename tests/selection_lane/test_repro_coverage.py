@@ -37,7 +37,9 @@ CELLS = {
     "dspark, target dtype, per-kind backend": (
         "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-v2-cubin"
     ),
-    "target dtype, head geometry, KV dtypes": "sm120-auto-causal-sink-kv-fp8-dkv-fp8-tgtdt.fp32-tgthead.llama32-v2-cubin",
+    "target dtype, head geometry, KV dtypes": (
+        "sm120-auto-causal-sink-kv-fp8-dkv-fp8-tgtdt.fp32-tgthead.llama32-v2-cubin"
+    ),
     "target backend, block size, loader v1": "sm100-TRITON_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128-v1-cubin",
 }
 # Its requested backend is what the planted fault drops: the lane's pass becomes wrong-backend.
