@@ -110,7 +110,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
         started = time.perf_counter()
         try:
             if isolation.reset is not None:
-                # Looked up per cell: a planted fault may replace it (tests/core/test_isolation.py).
+                # Looked up per cell: a planted fault may replace it (tests/selection_lane/isolation_plants.py).
                 resolve(isolation.reset)()
             observation = lane.observe(cell, stages)
         except Exception as exc:
