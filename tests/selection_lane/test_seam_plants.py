@@ -63,6 +63,11 @@ def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_dr
             # Auto-selection redone for the target's fp8_e5m2, which FlashAttention refuses.
             assert target == "fp8_e5m2" and "draft layers carry" in result.message, result.message
             continue
+        if result.verdict == Verdict.CRASH and target == "fp8_e5m2":
+            # A requested backend that takes fp8 e4m3 only (TRITON_ATTN_DIFFKV): handed the target's
+            # e5m2, the loader's selector refuses the draft it was asked to build.
+            assert "kv_cache_dtype not supported" in result.message, result.message
+            continue
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         assert f"kv_cache_dtype is {target}, the draft asked for fp8" in result.message, result.message
     assert any(r.ok and r.axes["draft_kv_cache_dtype"] == "target" for r in results)
