@@ -119,9 +119,7 @@ def vllm_cpu_env_suffix(environ: Mapping[str, str], default_release: str) -> str
     default); a value that is no release (it would name a directory) is refused in one line."""
     release = environ.get(CPU_VERSION_VARIABLE, "").strip() or default_release
     if not _RELEASE.fullmatch(release):
-        raise _Refusal(
-            f"dflash-matrix: {CPU_VERSION_VARIABLE}={release!r} is not a {CPU_BUILD} release (X.Y.Z)", 2
-        )
+        raise _Refusal(f"dflash-matrix: {CPU_VERSION_VARIABLE}={release!r} is not a {CPU_BUILD} release (X.Y.Z)", 2)
     return "" if release == default_release else f"-{CPU_BUILD}-{release}"
 
 
