@@ -36,7 +36,7 @@ SEAM_AXES = (
 )
 # The DSpark cell that passes as installed and, with the loader's backend dropped, falls back to
 # the target's FlashInfer.
-LOST = "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-kv-fp8-dkv-bfloat16-tgt.FLASHINFER-v2-cubin"
+LOST = "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-kv-fp8-dkv-bfloat16-tgt.FLASHINFER-tgthead.llama32-v2-cubin"
 
 
 def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only() -> None:

@@ -55,7 +55,7 @@ def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_dr
         own, target = result.axes["draft_kv_cache_dtype"], result.axes["kv_cache_dtype"]
         assert _built_by_load_dflash_model(result.axes), result.id
         assert own != "target" and own != target, (result.id, result.message)
-    assert "sm120-TRITON_ATTN-causal-sink-dkv-fp8-tgt.FLASHINFER-tgthead.llama32-v2-cubin" in should, sorted(should)
+    assert "sm120-TRITON_ATTN-causal-sink-dkv-fp8-tgt.FLASHINFER-tgtdt.fp16-v2-cubin" in should, sorted(should)
     assert should <= set(changed), sorted(should - set(changed))
     for result in (changed[i] for i in should):
         target = result.axes["kv_cache_dtype"]
