@@ -201,7 +201,7 @@ def test_a_bisect_answer_names_the_finding_its_change_starts_or_ends() -> None:
     expectations = expectations_for(matrix)
     fixed = cells["sm90-TRITON_ATTN-causal-sink-v2-cubin"]
     assert _finding_change(expectations, fixed, "0.24.0", "0.25.0") == "ends finding pr-46770-v2-loader-drops-backend"
-    per_kind = cells["sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-tgthead.gemma3-v2-cubin"]
+    per_kind = cells["sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin"]
     assert _finding_change(expectations, per_kind, "0.25.1", "0.26.0") == (
         "starts finding target-per-kind-backend-overrides-draft"
     )

@@ -49,7 +49,7 @@ def test_every_bug_the_shipped_expectations_record_is_a_finding_with_its_first_r
 
 def test_a_findings_cell_learns_what_it_would_get_without_the_finding() -> None:
     matrix = load_matrix(matrix_path("selection"))
-    per_kind = cell_named(matrix, "sm80-TRITON_ATTN_DIFFKV-causal-sink-tgtkind.TRITON_ATTN-tgthead.gemma3-v2-cubin")
+    per_kind = cell_named(matrix, "sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin")
     expectation = expectations_for(matrix, "0.33.0").for_cell(per_kind)
     assert expectation.finding is not None and expectation.finding.id == "target-per-kind-backend-overrides-draft"
     assert expectation.verdict == Verdict.WRONG_BACKEND
