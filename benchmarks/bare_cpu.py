@@ -29,7 +29,9 @@ from typing import Any
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from benchmarks import stage_timers
-from harness.lanes.cpu import CPU_BLOCK_SIZE
+from harness.deployment.arguments import Deployment
+from harness.deployment.cells import CPU_BLOCK_SIZE
+from harness.deployment.settings import EngineSettings
 from harness.matrix import Cell, expand, load_matrix
 
 
@@ -69,10 +71,11 @@ class BareProcess:
         from vllm.config import set_current_vllm_config
 
         from harness.attention import draft as vllm_draft
-        from harness.attention.checkpoint import DraftSpec, write_draft
+        from harness.attention.checkpoint import write_draft
         from harness.attention.draft import draft_attention_config
         from harness.attention.paged import Batch, random_inputs, run_eager
         from harness.attention.reference import reference_attention
+        from harness.deployment.models import DraftSpec
 
         stage_timers.take()
         started = time.perf_counter()
@@ -82,12 +85,14 @@ class BareProcess:
         truth = self.drafts[spec]
         dtype_name = str(cell.get("dtype", "bfloat16"))
         dtype = getattr(torch, dtype_name)
-        engine = vllm_draft.EngineSettings(
+        engine = EngineSettings(
             kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")), block_size=CPU_BLOCK_SIZE
         )
-        config = vllm_draft.engine_config(self.target_path, truth.path, cell.requested_backend, dtype_name, engine)
+        config = vllm_draft.engine_config(
+            self.target_path, truth.path, Deployment(engine, cell.requested_backend, dtype_name)
+        )
         if dtype_name not in self.targets:
-            target_config = vllm_draft.engine_config(self.target_path, truth.path, None, dtype_name, engine)
+            target_config = vllm_draft.engine_config(self.target_path, truth.path, Deployment(engine, None, dtype_name))
             self.targets[dtype_name] = vllm_draft.load_target(target_config)
         laps: dict[str, float] = {}
         errors = []
@@ -127,7 +132,7 @@ class BareProcess:
             # The loader differential: V1's draft in a config of its own (layers register by name).
             lap = time.perf_counter()
             twin_config = vllm_draft.engine_config(
-                self.target_path, truth.path, cell.requested_backend, dtype_name, engine
+                self.target_path, truth.path, Deployment(engine, cell.requested_backend, dtype_name)
             )
             with set_current_vllm_config(twin_config):
                 twin = vllm_draft.load_draft("v1", self.targets[dtype_name], twin_config, torch.device("cpu"))

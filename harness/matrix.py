@@ -205,7 +205,8 @@ def load_matrix(path: str | Path) -> Matrix:
 
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
-    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, _selectors(matrix.stops_before_draft))
+    stops = _selectors(matrix.stops_before_draft)
+    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, stops)
 
 
 def _covering(

@@ -7,8 +7,7 @@ from enum import StrEnum
 
 from harness.observation import Claim, Observation
 
-# Stage is re-exported: a verdict names the stage it was decided at.
-from harness.stages import STAGES as STAGES
+# A verdict names the stage it was decided at.
 from harness.stages import Stage
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.attention.checkpoint import DraftTruth
+    from harness.deployment.models import DraftTruth
 
 # The settings audited, in the order a difference is reported: each with why it matters.
 SETTINGS: Mapping[str, str] = {

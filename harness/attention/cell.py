@@ -33,13 +33,13 @@ from typing import Any, Protocol
 
 import torch
 
-from harness.attention.checkpoint import DraftSpec, DraftTruth
 from harness.attention.differential import v1_differential
-from harness.attention.draft import EngineSettings
 from harness.attention.paged import Batch, Inputs
 from harness.attention.reference import Fp8Accumulation
 from harness.attention.workspace import Workspace
-from harness.axes import BLOCK_SIZE_UNSET, DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX
+from harness.deployment.arguments import Deployment
+from harness.deployment.models import DraftSpec, DraftTruth
+from harness.deployment.settings import EngineSettings, draft_spec
 from harness.matrix import Cell
 from harness.observation import Claim, LoaderDifferential, Observation, one_line
 from harness.stages import Stage, StageLog
@@ -152,66 +152,6 @@ def calibrated_kv(engine: EngineSettings) -> bool:
     return kv_reference_dtype(draft_kv) is torch.float8_e4m3fn
 
 
-# context = "long": contexts past the kernels' split-KV / multi-tile thresholds.
-# - TRITON_ATTN (vLLM 0.33.0, triton_unified_attention.py) takes its 3D split-KV path (16
-#   softmax segments, NUM_PAR_SOFTMAX_SEGMENTS) only for causal batches of at most 8 query
-#   tokens per request (MAX_3D_QUERY_LEN) and num_seqs * cdiv(q, BLOCK_Q) <= seq_threshold_3D
-#   (MIN_LAUNCH_GRID_SIZE_2D // kv heads); non-causal DFlash queries always run the 2D kernel.
-# - CPU_ATTN (csrc/cpu/cpu_attn_impl.hpp) walks the KV in L2-sized tiles (online softmax across
-#   tiles, where a sink counted per tile would show); it splits one request's KV across threads
-#   only for a 1-token query tile (split_kv_q_token_num_threshold = 1, VLLM_CPU_ATTN_SPLIT_KV=1)
-#   and with more than one OpenMP thread: DFlash's 5-token queries never take that path.
-# LONG_CONTEXT_LENS (harness.axes): 1500 and 600 tokens are several KV tiles for every head
-# size here; 3 keeps one short request.
-
-
-def context_lens(cell: Cell, short: tuple[int, ...]) -> tuple[int, ...]:
-    return LONG_CONTEXT_LENS if cell.get("context", "short") == "long" else short
-
-
-def engine_settings(cell: Cell, base: EngineSettings | None = None) -> EngineSettings:
-    """The engine settings a cell asks for: its KV dtypes, the target's attention and
-    --block-size, the method, and a model length that holds its contexts. A target left to
-    auto keeps ``base``'s (a lane option, e.g. the selection lane's ``target_backend``)."""
-    base = base or EngineSettings()
-    target = str(cell.get("target_attention", "auto"))
-    draft_kv = str(cell.get("draft_kv_cache_dtype", "target"))
-    per_kind: tuple[tuple[str, str], ...] = ()
-    target_backend = base.target_backend
-    if target.startswith(TARGET_KIND_PREFIX):
-        per_kind = tuple((kind, target.removeprefix(TARGET_KIND_PREFIX)) for kind in DRAFT_LAYER_KINDS)
-        target_backend = None
-    elif target != "auto":
-        target_backend = target
-    longest = max(context_lens(cell, ()) or (0,))
-    # An int is the user's --block-size; "unset" (BLOCK_SIZE_UNSET) leaves base's.
-    block_size = cell.get("block_size", BLOCK_SIZE_UNSET)
-    return dataclasses.replace(
-        base,
-        block_size=block_size if isinstance(block_size, int) else base.block_size,
-        kv_cache_dtype=str(cell.get("kv_cache_dtype", "auto")),
-        draft_kv_cache_dtype=None if draft_kv == "target" else draft_kv,
-        target_backend=target_backend,
-        target_backend_per_kind=per_kind,
-        method=str(cell.get("method", "dflash")),
-        max_model_len=max(base.max_model_len, longest + 256),
-    )
-
-
-def draft_spec(cell: Cell) -> tuple[DraftSpec, int | None]:
-    """The draft a cell asks for: its family member, attention features and head size
-    (None when the matrix does not vary it)."""
-    spec = DraftSpec(
-        causal=bool(cell.get("causal")),
-        sink=bool(cell.get("sink")),
-        sliding_window=int(cell.get("sliding_window", 0) or 0),
-        method=str(cell.get("method", "dflash")),
-        layers=str(cell.get("layers", "uniform")),
-    )
-    head_size = cell.get("head_size")
-    return spec, None if head_size is None else int(head_size)
-
-
 @dataclass
 class Laps:
     """Seconds each step took, in the order they ran (the cell's ``details.timings_s``)."""
@@ -295,7 +235,7 @@ def cell_config(
     """The VllmConfig for ``settings`` over the ``target`` checkpoint and the cell's draft."""
     from harness.attention.draft import engine_config
 
-    return engine_config(target, truth.path, requested, dtype, settings, graph_tokens=graph_tokens)
+    return engine_config(target, truth.path, Deployment(settings, requested, dtype, graph_tokens))
 
 
 def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> Configured | Observation:
@@ -310,7 +250,7 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     missing = vllm_apis().missing_for_draft_cell(loader, requested)
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
-    spec, head_size = draft_spec(cell)
+    spec, head_size = draft_spec(cell.values)
     truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), head_size)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))

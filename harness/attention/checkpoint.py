@@ -1,5 +1,5 @@
 """Tiny random-weight checkpoints: a Qwen3 target and DFlash drafts, as safetensors, with the
-configs ``harness.attention.configs`` says.
+configs ``harness.deployment.models`` says.
 
 Real files rather than ``load_format="dummy"``: on CPU the dummy loader never calls
 ``load_weights``, so the DFlash draft builds its fused K/V buffers after the CPU linear
@@ -19,15 +19,15 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from harness.attention.configs import (
+from harness.deployment.models import (
     DFLASH2_CONFIG,
     DSPARK_MARKOV_RANK,
     DraftSpec,
     DraftTruth,
     ModelShape,
+    config_only_target,
     draft_config,
     target_config,
-    target_shape,
 )
 
 CHECKPOINT_DTYPE = torch.bfloat16
@@ -108,9 +108,7 @@ def write_target(
         parts = ((family, "qwen3"), (dtype, "bfloat16"), (head, "qwen3"))
         name = "-".join(part for part, default in parts if part != default)
         path = root / (f"target-{name}" if name else "target")
-        config = target_config(target_shape(shape, head), family)
-        config["torch_dtype"] = dtype
-        _write(path, config, None)
+        _write(path, config_only_target(shape, family, dtype, head), None)
         return path
     if (dtype, head) != ("bfloat16", "qwen3"):
         raise ValueError("a weighted target is written in bfloat16 with the lane's own shape")

@@ -9,6 +9,7 @@ Device-agnostic: the lane passes the device and owns everything platform-specifi
 from __future__ import annotations
 
 import copy
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,112 +18,36 @@ import torch
 from torch import nn
 
 from harness.attention.apis import ApiUnavailable, config_gap, unregistered_architecture, vllm_apis
-from harness.attention.checkpoint import DraftTruth
+from harness.deployment.arguments import Deployment, engine_arguments
+from harness.deployment.models import V2_LOADERS, DraftTruth
 from harness.observation import Claim
 
 LOADERS = ("v1", "v2")
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    """Engine settings every cell shares.
-
-    ``block_size`` None leaves the choice to vLLM, as a user who does not pass
-    ``--block-size`` does: vLLM 0.33.0's ``CacheConfig`` then fills in its default without
-    marking it user-specified, and the selector (``v1/attention/selector.py``) asks backends
-    about ``block_size=None``. A lane sets it only where its user (or a kernel vLLM does not
-    size for) must: the cpu lane's CPU_ATTN needs a multiple of 32.
-    """
-
-    block_size: int | None = None
-    num_speculative_tokens: int = 4
-    max_model_len: int = 256
-    max_num_seqs: int = 4
-    kv_cache_memory_bytes: int = 64 * 1024 * 1024
-    kv_cache_dtype: str = "auto"
-    # speculative_config.kv_cache_dtype; None = unset, the draft shares the target's.
-    draft_kv_cache_dtype: str | None = None
-    # The target's attention: None = auto, a backend name (--attention-backend), or a
-    # backend_per_kind mapping (attention_config.backend_per_kind, vLLM >= 0.26).
-    target_backend: str | None = None
-    target_backend_per_kind: tuple[tuple[str, str], ...] = ()
-    method: str = "dflash"  # the draft's family member (harness.axes.METHODS)
-    # "dummy" for a lane that runs no kernel: vLLM then initialises the weights instead of
-    # reading them, so a config-only checkpoint (checkpoint.write_draft(weights=False)) loads.
-    load_format: str = "auto"
-    # Where the model lives, when not on the platform's own device: a simulated CUDA platform
-    # (harness.cuda.simulated) says "cuda", and vLLM's EngineArgs has no device argument.
-    device: str | None = None
-
-
-# vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
-# DFlash2DraftModel architecture selects the speculator), DSpark under "dspark".
-SPECULATIVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
-
-
-def engine_config(
-    target: Path,
-    draft: Path,
-    requested: str | None,
-    dtype: str,
-    settings: EngineSettings = EngineSettings(),
-    graph_tokens: int | None = None,
-) -> Any:
-    """The VllmConfig an engine would build for this cell (no engine is started).
+def engine_config(target: Path, draft: Path, deployment: Deployment) -> Any:
+    """The VllmConfig an engine would build for ``deployment`` (no engine is started).
 
     An engine argument this release's config schema lacks (``apis.config_gap``) raises
     ApiUnavailable: the cell is unavailable there, not refused.
 
-    With ``graph_tokens``, FULL decode CUDA graphs captured for that many tokens instead of
-    eager mode: metadata builders read the graph mode when they are built and then take their
-    graph paths (FlashInfer's CUDA-graph decode wrappers, FlashAttention's scheduler metadata).
+    The arguments are ``harness.deployment.arguments.engine_arguments``'s, the ones the finding
+    pages print and the repro scripts carry.
     """
     from vllm.engine.arg_utils import EngineArgs
 
-    speculative: dict[str, object] = {
-        "method": SPECULATIVE_METHOD[settings.method],
-        "model": str(draft),
-        "num_speculative_tokens": settings.num_speculative_tokens,
-    }
-    if requested is not None:
-        speculative["attention_backend"] = requested
-    if settings.draft_kv_cache_dtype is not None:
-        speculative["kv_cache_dtype"] = settings.draft_kv_cache_dtype
-    attention: dict[str, Any] = {}
-    if settings.target_backend is not None:
-        attention["backend"] = settings.target_backend
-    if settings.target_backend_per_kind:
-        attention["backend_per_kind"] = dict(settings.target_backend_per_kind)
-    graphs: dict[str, Any] = {}
-    if attention:
-        graphs["attention_config"] = attention
-    if graph_tokens is not None:
-        graphs["compilation_config"] = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [graph_tokens]}
     try:
         # vLLM 0.25.x turns the attention_config dict into AttentionConfig in
         # EngineArgs.__post_init__, 0.24.0 only in create_engine_config: a key the schema lacks is
         # the same gap either way, so both calls are under the check.
-        args = EngineArgs(
-            model=str(target),
-            speculative_config=speculative,
-            load_format=settings.load_format,
-            enforce_eager=graph_tokens is None,
-            max_model_len=settings.max_model_len,
-            max_num_seqs=settings.max_num_seqs,
-            max_num_batched_tokens=settings.max_model_len,
-            skip_tokenizer_init=True,
-            dtype=dtype,
-            block_size=settings.block_size,
-            kv_cache_memory_bytes=settings.kv_cache_memory_bytes,
-            kv_cache_dtype=settings.kv_cache_dtype,
-            **graphs,
-        )
+        args = EngineArgs(**engine_arguments(deployment, str(target), str(draft)))
         config = args.create_engine_config()
     except ValueError as error:  # pydantic's ValidationError is one
         if (gap := config_gap(error) or unregistered_architecture(error)) is not None:
             raise ApiUnavailable(gap) from None
         raise
-    return config if settings.device is None else on_device(config, settings.device)
+    device = deployment.settings.device
+    return config if device is None else on_device(config, device)
 
 
 def on_device(vllm_config: Any, device: str) -> Any:
@@ -196,17 +121,11 @@ def v1_refusal(vllm_config: Any) -> str | None:
 
 
 def _v2_loader(method: str) -> Any:
-    """Model Runner V2's loader for the method: DFlash and DFlash2 share ``load_dflash_model``
-    (DFlash2Speculator subclasses DFlashSpeculator); DSpark has ``load_dspark_model``."""
+    """Model Runner V2's loader for the method (``harness.deployment.models.V2_LOADERS``)."""
+    module, function = V2_LOADERS[method]
     try:
-        if method == "dspark":
-            from vllm.v1.worker.gpu.spec_decode.dspark.utils import load_dspark_model
-
-            return load_dspark_model
-        from vllm.v1.worker.gpu.spec_decode.dflash.utils import load_dflash_model
-
-        return load_dflash_model
-    except ImportError as exc:
+        return getattr(importlib.import_module(module), function)
+    except (ImportError, AttributeError) as exc:  # AttributeError: `from module import function` fails
         raise LoaderUnavailable(f"no Model Runner V2 loader for {method}: {exc}") from exc
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.attention.configs import DRAFT_ARCHITECTURES, ModelShape, target_config
+from harness.deployment.models import DRAFT_ARCHITECTURES, ModelShape, target_config
 from harness.errors import InputError
 from harness.matrix import expand, load_matrix
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape
 from harness.cell_process import freeze_process_state
+from harness.deployment.models import DraftSpec, DraftTruth, ModelShape
 
 
 @dataclass(frozen=True)

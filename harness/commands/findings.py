@@ -39,10 +39,10 @@ from harness.reports.finding_pages import (
     findings_index,
     page_name,
 )
-from harness.reports.history import FindingReleases, finding_releases
+from harness.reports.history import finding_releases
 from harness.reports.inputs import Inputs, load_json, read_matrix_json
 from harness.reports.merge import merge
-from harness.reports.model import FindingInRun, Report
+from harness.reports.model import FindingInRun, FindingReleases, Report
 
 SCRIPT_TIMEOUT_S = 900  # a selection script takes about 80 s on two cores, a cpu one longer
 

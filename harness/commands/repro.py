@@ -32,11 +32,14 @@ from typing import Any
 
 from harness.atomic import refuse_overlap, report_paths, write_outputs
 from harness.attention import audit
-from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth, draft_config, target_config
-from harness.axes import AXES_BY_NAME, BLOCK_SIZE_UNSET, LONG_CONTEXT_LENS
+from harness.axes import BLOCK_SIZE_UNSET
 from harness.bundled import matrix_path
 from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
+from harness.deployment.arguments import Deployment, engine_arguments
+from harness.deployment.cells import cpu_deployment, cpu_target_settings, gpu_deployment, selection_deployment
+from harness.deployment.models import SELECTION_SHAPE, V2_LOADERS, DraftTruth, config_only_target, draft_config
+from harness.deployment.settings import EngineSettings, context_lens, draft_spec
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
@@ -97,32 +100,86 @@ def _matrix_cell(cell_id: str, matrix: Matrix | None, source: str) -> tuple[Matr
     return matrix, found
 
 
+def _engines(cell: Deployment, target: Deployment | None = None) -> dict[str, Any]:
+    """The engine arguments of the cell and (for a lane that builds its target under a config of its
+    own) of the target's, as data: the models at TARGET_PLACE and DRAFT_PLACE, where the script puts
+    its own paths."""
+    engines = {
+        "engine_arguments": engine_arguments(cell, TARGET_PLACE, DRAFT_PLACE),
+        "places": {"target": TARGET_PLACE, "draft": DRAFT_PLACE},
+    }
+    if target is not None:
+        engines["target_engine_arguments"] = engine_arguments(target, TARGET_PLACE, DRAFT_PLACE)
+    return engines
+
+
 def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, source: str) -> dict[str, Any]:
-    """What the cpu lane drew the cell's inputs from: its seed, context lengths and tolerance."""
+    """What the cpu lane drew the cell's inputs from (its seed, context lengths and tolerance), and
+    its engine arguments (``harness.deployment.cells.cpu_deployment``)."""
     matrix, found = _matrix_cell(cell_id, matrix, source)
     options = matrix.lane_options
-    contexts = LONG_CONTEXT_LENS if cell["axes"].get("context") == "long" else options.context_lens
-    return {"seed": found.seed + options.seed, "context_lens": list(contexts), "tolerance": found.tolerance}
+    contexts = context_lens(cell["axes"], options.context_lens)
+    deployment = cpu_deployment(cell["axes"])
+    target = Deployment(cpu_target_settings(deployment.settings.method), None, deployment.dtype)
+    return {
+        "seed": found.seed + options.seed,
+        "context_lens": list(contexts),
+        "tolerance": found.tolerance,
+        **_engines(deployment, target),
+    }
 
 
-def _selection_checkpoints(axes: dict[str, Any], head_dim: int) -> dict[str, Any]:
-    """The cell's target and draft configs as the selection lane writes them (harness.attention.configs:
-    the target's family, e.g. a model-level window or a multimodal prefix-LM), and what each draft layer
-    asks for (the lane's effective-settings audit, harness.attention.audit)."""
+# Where a script's engine arguments name the models it writes: it puts its own paths there.
+TARGET_PLACE, DRAFT_PLACE = "<target>", "<draft>"
+
+
+def _selection_refusal(cell: dict[str, Any]) -> tuple[str, str] | None:
+    """Why the selection script cannot reproduce this cell: (key under the cell, problem), or None.
+    The script builds the draft against a stand-in target (its embedding and LM head) and lays out
+    no KV cache: a verdict the real target or the engine's start-up decided is not its to show."""
+    details = cell.get("details") or {}
+    if str(details.get("draft", "")).startswith("not built: the target failed first"):
+        return "details.draft", "the target failed to build first; the script builds no real target"
+    if "startup" in details:
+        return "details.startup", "the engine's start-up decided it; the script lays out no KV cache"
+    if "kernel_block_size" in str(cell.get("message") or ""):
+        return "message", "a kernel block size the KV-cache layout decided; the script lays out no KV cache"
+    return None
+
+
+def _selection_payload(axes: dict[str, Any], head_dim: int, target_backend: str | None) -> dict[str, Any]:
+    """The cell's deployment as the selection lane builds it (``harness.deployment``): its target and
+    draft configs, the engine arguments (the models at TARGET_PLACE and DRAFT_PLACE), the platform's
+    selector inputs, the loader, and what each draft layer asks for (``harness.attention.audit``)."""
+    deployment = selection_deployment(axes, target_backend)
     shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
-    draft_shape = dataclasses.replace(shape, head_dim=int(axes.get("head_size") or head_dim))
-    spec = DraftSpec(causal=bool(axes["causal"]), sink=bool(axes["sink"]), method=str(axes.get("method", "dflash")))
-    own = str(SELECTION.value(axes, "draft_kv_cache_dtype"))
-    requested = audit.Requested(
-        None if own == "target" else own,
-        str(SELECTION.value(axes, "kv_cache_dtype")),
-        str(SELECTION.value(axes, "target_dtype")),
+    spec, head_size = draft_spec(axes)
+    draft_shape = dataclasses.replace(shape, head_dim=head_size or head_dim)
+    settings = deployment.settings
+    requested = audit.Requested(settings.draft_kv_cache_dtype, settings.kv_cache_dtype, deployment.dtype)
+    target = config_only_target(
+        shape, str(SELECTION.value(axes, "target_model")), deployment.dtype, str(SELECTION.value(axes, "target_head"))
     )
     return {
-        "target_config": target_config(shape, str(SELECTION.value(axes, "target_model"))),
+        "target_config": target,
         "draft_config": draft_config(spec, draft_shape),
         "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft_shape, None), requested)),
         "settings": list(audit.SETTINGS),
+        **_engines(deployment),
+        "requested": deployment.requested,
+        "capability": str(axes.get("capability")),
+        "flashinfer_cubin": bool(SELECTION.value(axes, "flashinfer_cubin")),
+        # The selector's inputs, as the lane asks them (the draft's layers in the target's dtype).
+        "selector": {
+            "head_size": draft_shape.head_dim,
+            "dtype": deployment.dtype,
+            "kv_cache_dtype": requested.kv_cache_dtype,
+            "block_size": None,
+            "has_sink": spec.sink,
+            "use_non_causal": not spec.causal,
+        },
+        "loader": str(SELECTION.value(axes, "loader")),
+        "v2_loader": list(V2_LOADERS[spec.method]),
     }
 
 
@@ -183,7 +240,10 @@ def _gpu_inputs(
         raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     options = matrix.lane_options
     axes = cell["axes"]
-    contexts = LONG_CONTEXT_LENS if axes.get("context") == "long" else options.context_lens
+    contexts = context_lens(axes, options.context_lens)
+    # The lane's engine, run eagerly: the script captures no CUDA graph (captured_in_graph).
+    deployment = dataclasses.replace(gpu_deployment(axes, options), graph_tokens=None)
+    target = Deployment(EngineSettings(block_size=options.block_size), None, deployment.dtype)
     tolerance = cell.get("tolerance")
     if tolerance is None:  # the cell ended before the comparison: the lane's rule for a rounded KV cache
         draft_kv = str(axes.get("draft_kv_cache_dtype", "target"))
@@ -196,6 +256,7 @@ def _gpu_inputs(
         "head_dim": options.head_dim,
         "block_size": options.block_size,
         "graph": captured_in_graph(axes),
+        **_engines(deployment, target),
     }
     if lane != "gpu_emulated":
         return inputs, None
@@ -284,22 +345,8 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     cell, run, lane = _cell_of(report, cell_id, source)
     if lane not in TEMPLATES:
         raise InputError(source, f"cells.{cell_id}", f"repro writes scripts for the {lane} lane not yet", TEMPLATES)
-    if lane == "selection" and cell["axes"].get("method", "dflash") != "dflash":
-        raise InputError(
-            source, f"cells.{cell_id}.axes.method", "the selection repro writes DFlash drafts only", ("dflash",)
-        )
-    if lane == "selection":
-        # The script writes the cell's target family in bfloat16 with the lane's own head geometry; a
-        # cell about another target dtype or geometry would reproduce a different cell, so it is refused.
-        for axis in ("target_dtype", "target_head"):
-            default = AXES_BY_NAME[axis].default
-            if cell["axes"].get(axis, default) != default:
-                raise InputError(
-                    source,
-                    f"cells.{cell_id}.axes.{axis}",
-                    f"the selection repro writes the {default} target only",
-                    (str(default),),
-                )
+    if lane == "selection" and (refusal := _selection_refusal(cell)) is not None:
+        raise InputError(source, f"cells.{cell_id}.{refusal[0]}", refusal[1])
     matrix = _matrix(run)
     options = dict(matrix.options) if matrix is not None else {}
     payload = {
@@ -319,7 +366,7 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
     if lane == "cpu":
         payload.update(_cpu_inputs(cell, cell_id, matrix, source))
     if lane == "selection":
-        payload.update(_selection_checkpoints(cell["axes"], payload["head_dim"]))
+        payload.update(_selection_payload(cell["axes"], payload["head_dim"], payload["target_backend"]))
     emulation = None
     if lane in GPU_LANES:
         inputs, emulation = _gpu_inputs(lane, run, cell, cell_id, matrix, source)
@@ -356,9 +403,31 @@ def script_for(report: dict[str, Any], cell_id: str, source: str, out_name: str)
         "__EMULATION_JSON__": repr(json.dumps(emulation)),
         "__GRAPH_NOTE__": _graph_note(cell["axes"]),
     }
+    return fill(text, replacements)
+
+
+# What a template's markers stand for: each replaced by Python source of one kind (text inside the
+# docstring, or a literal). ``tools/repro_scripts.py`` fills them with stand-ins so that ruff and
+# mypy check the scripts as they are written (the lint env).
+MARKERS = {
+    "__TITLE__": "text",
+    "__ENVIRONMENT__": "text",
+    "__COMMAND__": "text",
+    "__CELL_JSON__": "a str literal of JSON",
+    "__STUB_C__": "a str literal, or None",
+    "__EMULATION_JSON__": "a str literal of JSON",
+    "__GRAPH_NOTE__": "text",
+}
+
+
+def fill(template: str, replacements: dict[str, str]) -> str:
+    """``template`` with each marker (``MARKERS``) replaced by its Python source."""
+    unknown = set(replacements) - set(MARKERS)
+    if unknown:
+        raise ValueError(f"no such template marker: {', '.join(sorted(unknown))}")
     for marker, value in replacements.items():
-        text = text.replace(marker, value)
-    return text
+        template = template.replace(marker, value)
+    return template
 
 
 def run(args: argparse.Namespace) -> int:

@@ -61,9 +61,11 @@ _DRAFT_AXES = (
     "target_model",
 )
 # The code every lane's verdicts are built from (Contract.build_path): the shared draft flow and
-# audit, the contracts, the runner and the cell process, the verdict and its facts, the matrix.
+# audit, the deployment a cell stands for (its engine arguments), the contracts, the runner and
+# the cell process, the verdict and its facts, the matrix.
 _SHARED_BUILD_PATH = (
     "attention/**/*.py",
+    "deployment/**/*.py",
     "contracts/**/*.py",
     "runner/**/*.py",
     "cell_process.py",

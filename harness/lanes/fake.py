@@ -25,10 +25,9 @@ import time
 from collections.abc import Mapping
 
 from harness.contracts.lanes import FakeOptions
-from harness.lanes.protocol import StageLog
 from harness.matrix import Cell, Matrix
 from harness.observation import Claim, LayerAgreement, LoaderDifferential, Observation
-from harness.stages import Stage
+from harness.stages import Stage, StageLog
 
 # Set by prepare_process in a process key's warm parent, as the selection lane's start is: its
 # pid and the capability it was started for, reported in each cell's details.

@@ -33,9 +33,10 @@ from enum import StrEnum
 from typing import Any
 
 from harness.reports.backend_table import SUPPORTED, UNSUPPORTED, BackendTable, Feature
-from harness.reports.markdown import md
 from harness.reports.model import CellRun
-from harness.verdict import Stage, Verdict
+from harness.reports.text import md
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 DRIFT_SCHEMA = "dflash-matrix-drift/1"
 

@@ -2,7 +2,7 @@
 that a refactoring changed no verdict, expectation, message, claim, backend or error.
 
 ``dflash-matrix diff --exact`` runs it. Runs are paired as the ordinary diff pairs them
-(``diff.pair_runs``), cells by id. The comparison is field-generic: it walks each cell's
+(``pairing.pair_runs``), cells by id. The comparison is field-generic: it walks each cell's
 matrix.json record, so a field added to the record later is compared without a change here.
 Left out are the keys that measure time, named by their suffix: ``_s`` (seconds, e.g.
 ``duration_s`` and ``details.timings_s``) and ``_at`` (timestamps), at any depth; and
@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.reports.diff import pair_runs
-from harness.reports.markdown import md
 from harness.reports.model import RunResults
+from harness.reports.pairing import pair_runs
+from harness.reports.text import md
 from harness.result import CellResult
 
 EXACT_SCHEMA = "dflash-matrix-exact/1"

@@ -12,18 +12,17 @@ the scripts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from harness.axes import TARGET_KIND_PREFIX
+from harness.deployment.arguments import engine_arguments
+from harness.deployment.cells import lane_deployment
 from harness.findings import FindingKind
-from harness.reports.history import FindingReleases
-from harness.reports.markdown import md
-from harness.reports.model import FindingInRun, Report
+from harness.reports.model import FindingInRun, FindingReleases, Report
+from harness.reports.text import md
 from harness.result import CellResult
 
 # The kinds a page is written for: those with something to hand upstream.
@@ -120,31 +119,24 @@ def page_name(item: FindingInRun) -> str:
     return f"{item.anchor}.md"
 
 
-def user_configuration(axes: Mapping[str, Any], target_backend: str | None = None) -> dict[str, Any]:
-    """The ``vllm.LLM(...)`` arguments a cell stands for (the lanes build the same through EngineArgs)."""
-    speculative: dict[str, Any] = {
-        "method": "dspark" if axes.get("method") == "dspark" else "dflash",
-        "model": f"<a {axes.get('method', 'dflash')} draft: {'causal' if axes.get('causal') else 'non-causal'}, "
-        f"{'with' if axes.get('sink') else 'without'} attention sinks, head size {axes.get('head_size', 128)}>",
-        "num_speculative_tokens": 4,
-    }
-    if axes.get("backend", "auto") != "auto":
-        speculative["attention_backend"] = axes["backend"]
-    if axes.get("draft_kv_cache_dtype", "target") != "target":
-        speculative["kv_cache_dtype"] = axes["draft_kv_cache_dtype"]
+def user_configuration(
+    axes: Mapping[str, Any], lane: str = "selection", target_backend: str | None = None
+) -> dict[str, Any]:
+    """The ``vllm.LLM(...)`` arguments a cell stands for: the engine arguments its lane builds
+    (``harness.deployment``), with the target and the draft named by what they are."""
+    method = axes.get("method", "dflash")
+    draft = (
+        f"<a {method} draft: {'causal' if axes.get('causal') else 'non-causal'}, "
+        f"{'with' if axes.get('sink') else 'without'} attention sinks, head size {axes.get('head_size', 128)}>"
+    )
     family = str(axes.get("target_model", "qwen3"))
     model = _TARGETS.get(family, f"<a {family} target>")
-    arguments: dict[str, Any] = {"model": model, "speculative_config": speculative}
-    target = str(axes.get("target_attention", "auto"))
-    if target.startswith(TARGET_KIND_PREFIX):
-        name = target.removeprefix(TARGET_KIND_PREFIX)
-        arguments["attention_config"] = {"backend_per_kind": {"full_attention": name, "sliding_window": name}}
-    elif target != "auto" or target_backend:
-        arguments["attention_backend"] = target if target != "auto" else target_backend
-    for name in ("dtype", "kv_cache_dtype"):
-        if axes.get(name) not in (None, "auto"):
-            arguments[name] = axes[name]
-    return arguments
+    return engine_arguments(lane_deployment(lane, axes, target_backend), model, draft)
+
+
+def python_call(name: str, arguments: Mapping[str, Any]) -> str:
+    """``name(key=value, ...)`` as Python source, one argument a line."""
+    return "\n".join([f"{name}(", *(f"    {key}={value!r}," for key, value in arguments.items()), ")"])
 
 
 def _cells_table(cells: Sequence[CellResult]) -> list[str]:
@@ -184,7 +176,7 @@ def finding_page(
         f"Cell `{shown.id}`:",
         "",
         "```python",
-        "LLM(**" + json.dumps(user_configuration(shown.axes, meta.get("target_backend")), indent=4) + ")",
+        python_call("LLM", user_configuration(shown.axes, run.lane, meta.get("target_backend"))),
         "```",
         "",
         "## Expected vs actual",

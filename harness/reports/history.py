@@ -27,8 +27,8 @@ from packaging.version import InvalidVersion, Version
 
 from harness.findings import Finding, finding_change
 from harness.reports.device_grid import SYMBOLS
-from harness.reports.markdown import MAX_LISTED, md
-from harness.reports.model import Report, Run
+from harness.reports.model import FindingReleases, Report, Run
+from harness.reports.text import MAX_LISTED, md
 from harness.result import CellResult
 from harness.verdict import VERDICT_ORDER, Verdict
 
@@ -141,50 +141,6 @@ def release_history(report: Report, no_verdict: Mapping[tuple[str, str], str] | 
             cells.append(CellHistory(ident, tuple(steps)))
         histories.append(SlotHistory(slot, labels, tuple(ordered), tuple(cells)))
     return tuple(histories)
-
-
-@dataclass(frozen=True)
-class FindingReleases:
-    """One finding across the releases of one slot's history: per release, how many of its cells
-    (those some release's expectations put under it) show it, how many get what they would without
-    it, and how many gave a verdict at all. A release outside the finding's recorded range counts as
-    well: a cell there shows it when it gets the verdict and message it has under the finding."""
-
-    finding: str
-    slot: str
-    releases: tuple[str, ...]  # oldest first; () when the history ran no release of this slot
-    showing: tuple[int, ...]
-    without: tuple[int, ...]  # cells that get the verdict they would without the finding
-    ran: tuple[int, ...]
-
-    @property
-    def first_bad(self) -> str | None:
-        return next((release for release, n in zip(self.releases, self.showing, strict=True) if n), None)
-
-    @property
-    def last_good(self) -> str | None:
-        """The latest release before the first bad one in which some of its cells got what they would
-        without it (none showed it: that is the first bad one's definition). None: not measured there;
-        a release whose cells could not be asked (unavailable) is no good release."""
-        if (first := self.first_bad) is None:
-            return None
-        before = self.releases.index(first)
-        return next((self.releases[i] for i in reversed(range(before)) if self.without[i]), None)
-
-    @property
-    def fixed_in(self) -> str | None:
-        """The first release after the last one that shows it in which its cells get what they would without it."""
-        last = max((i for i, n in enumerate(self.showing) if n), default=None)
-        if last is None:
-            return None
-        return next((self.releases[i] for i in range(last + 1, len(self.releases)) if self.without[i]), None)
-
-    def per_release(self) -> str:
-        """``0.30.0 40/40 · 0.31.0 40/40``: the cells showing it of those that gave a verdict, per release."""
-        return " · ".join(
-            f"{release} {showing}/{ran}"
-            for release, showing, ran in zip(self.releases, self.showing, self.ran, strict=True)
-        )
 
 
 def _shows(record: CellResult, signatures: set[tuple[Verdict, str | None]]) -> bool:

@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from harness.reports import loader_differential
 from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
-from harness.reports.matrix_json import conflict_json, junit_conflict_json
+from harness.reports.json_text import conflict_json, junit_conflict_json
 from harness.reports.model import Report
 from harness.verdict import VERDICT_ORDER, Outcome, severity
 

@@ -5,6 +5,7 @@ on 100k cells; records written compactly (the C encoder), one per line, keep the
 fast to write, small, and still diffable line by line. JSON has no NaN or infinity and
 strict readers refuse them, so a non-finite float (a lane's free-form details may hold
 one) is written as its text (``harness.observation.json_safe``), as the single-run report does.
+A merge's conflicts as JSON records are here too, read by matrix.json and matrix.html alike.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness.observation import json_safe
+from harness.reports.model import Conflict, JUnitConflict
 
 # One encoder for every record: json.dumps with options builds a new one per call.
 _COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -37,3 +39,24 @@ def report_json(document: Mapping[str, Any], record_lists: tuple[str, ...] = ("c
         else:
             entries.append(f" {name}: " + _dumps(value, _PRETTY).replace("\n", "\n "))
     return "{\n" + ",\n".join(entries) + "\n}\n"
+
+
+def conflict_json(conflict: Conflict) -> dict[str, Any]:
+    return {
+        "run": conflict.run,
+        "id": conflict.cell_id,
+        "verdicts": list(conflict.verdicts),
+        "sources": list(conflict.sources),
+        "kept": conflict.kept,
+    }
+
+
+def junit_conflict_json(conflict: JUnitConflict) -> dict[str, Any]:
+    return {
+        "run": conflict.run,
+        "id": conflict.name,
+        "classname": conflict.classname,
+        "junit_statuses": list(conflict.statuses),
+        "sources": list(conflict.sources),
+        "kept": conflict.kept,
+    }

@@ -32,14 +32,12 @@ from collections.abc import Iterable, Sequence
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 
-from harness.errors import InputError
 from harness.reports import loader_differential
 from harness.reports.junit_merge import status
-from harness.reports.model import CellRun, ForeignSuite, Report, Run, finding_line
+from harness.reports.model import SUITE_PREFIX, CellRun, ForeignSuite, Report, Run, finding_line, suite_names
 from harness.result import CellResult
 from harness.verdict import Outcome, Verdict
 
-SUITE_PREFIX = "dflash-matrix"
 STALE_TESTCASE = "expectations::stale"
 INCOMPLETE_TESTCASE = "run::incomplete"
 # Not as expected in these directions, the harness says the backend got worse: red everywhere.
@@ -166,36 +164,6 @@ def _stale_testcase(group: str, stale: Sequence[object]) -> TestCase:
     failure.text = xml_text("\n".join(str(item) for item in stale))
     case.result = [failure]
     return case
-
-
-def suite_names(report: Report) -> dict[str, str]:
-    """A unique, readable testsuite name per run: ``dflash-matrix.<lane> [<device> <sm> · vLLM <x.y.z>]``.
-
-    Runs a label does not tell apart (same device and vLLM, another platform or torch) get
-    those added; names that would still collide are refused, never written twice."""
-    levels = (
-        lambda run: run.label,
-        lambda run: f"{run.label} · torch {run.torch_version}",
-        lambda run: f"{run.label} · {run.platform} · torch {run.torch_version}",
-    )
-    names: dict[str, str] = {}
-    for run in report.runs:
-        for level in levels:
-            name = f"{SUITE_PREFIX}.{run.lane} [{level(run)}]"
-            if sum(1 for other in report.runs if f"{SUITE_PREFIX}.{other.lane} [{level(other)}]" == name) == 1:
-                break
-        if run.key in report.junit_only and run.lane == "unknown":
-            # A JUnit file that names no dflash-matrix run keeps its own suite name.
-            name = report.junit_only[run.key].name
-        names[run.key] = name
-    taken: dict[str, str] = {}
-    for key, name in names.items():
-        if name in taken:
-            raise InputError(
-                "junit.xml", "testsuite", f"runs {taken[name]!r} and {key!r} would share the suite name {name!r}"
-            )
-        taken[name] = key
-    return names
 
 
 def _suite(

@@ -12,30 +12,15 @@ injected by a stray `|`, `<` or `*`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from harness.reports.device_grid import CLAIM_GAP, CONFLICT, MISSED, SYMBOLS, Entry, Grid, build_grids, row_label
 from harness.reports.model import CellRun, Report, Run
+from harness.reports.text import MAX_LISTED, md
 from harness.verdict import VERDICT_ORDER, Outcome, Verdict
 
-MAX_MESSAGE = 300
-MAX_LISTED = 100  # rows per list; the rest is in matrix.json (step summaries are capped at 1 MiB)
 MAX_REASONS = 400
-# Every character GitHub Markdown may read as markup inside a table or list item.
-_MARKUP = re.compile(r"[\\`*_\[\]<>|~#&!]")
-# Terminal escapes and NULs from exception messages (invisible at best, garbage at worst), and
-# lone surrogates, which a JSON journal can carry but UTF-8 cannot.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-
-
-def md(text: object, limit: int | None = MAX_MESSAGE) -> str:
-    """One line of plain text, shortened, with every markup character backslash-escaped."""
-    line = " ".join(_CONTROL.sub(" ", str(text)).split())
-    if limit is not None and len(line) > limit:
-        line = line[: limit - 1] + "\u2026"
-    return _MARKUP.sub(lambda match: "\\" + match.group(0), line)
 
 
 def render_markdown(report: Report, grids: Sequence[Grid] | None = None) -> str:

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.reports.json_text import report_json
-from harness.reports.junit import suite_names
-from harness.reports.model import RUN_KEY_FIELDS, SCHEMA, CellRun, Conflict, JUnitConflict, Report
+from harness.reports.json_text import conflict_json, junit_conflict_json, report_json
+from harness.reports.model import RUN_KEY_FIELDS, SCHEMA, CellRun, Report, suite_names
 from harness.verdict import ClaimGap
 
 
@@ -39,27 +38,6 @@ def _claim(row: CellRun) -> dict[str, Any]:
         "supported": cell.claim.supported if cell.claim else None,
         "reasons": list(cell.claim.reasons) if cell.claim else [],
         "message": cell.message,
-    }
-
-
-def conflict_json(conflict: Conflict) -> dict[str, Any]:
-    return {
-        "run": conflict.run,
-        "id": conflict.cell_id,
-        "verdicts": list(conflict.verdicts),
-        "sources": list(conflict.sources),
-        "kept": conflict.kept,
-    }
-
-
-def junit_conflict_json(conflict: JUnitConflict) -> dict[str, Any]:
-    return {
-        "run": conflict.run,
-        "id": conflict.name,
-        "classname": conflict.classname,
-        "junit_statuses": list(conflict.statuses),
-        "sources": list(conflict.sources),
-        "kept": conflict.kept,
     }
 
 

@@ -387,3 +387,81 @@ class Report:
             # its run, got its expected verdict, once, and every expectation rule decided a cell.
             "ok": mismatching == 0 and not incomplete and not stale and not conflicts,
         }
+
+
+# The testsuite name every view gives a run: JUnit's suites, matrix.json's runs.
+SUITE_PREFIX = "dflash-matrix"
+
+
+def suite_names(report: Report) -> dict[str, str]:
+    """A unique, readable testsuite name per run: ``dflash-matrix.<lane> [<device> <sm> · vLLM <x.y.z>]``.
+
+    Runs a label does not tell apart (same device and vLLM, another platform or torch) get
+    those added; names that would still collide are refused, never written twice."""
+    levels = (
+        lambda run: run.label,
+        lambda run: f"{run.label} · torch {run.torch_version}",
+        lambda run: f"{run.label} · {run.platform} · torch {run.torch_version}",
+    )
+    names: dict[str, str] = {}
+    for run in report.runs:
+        for level in levels:
+            name = f"{SUITE_PREFIX}.{run.lane} [{level(run)}]"
+            if sum(1 for other in report.runs if f"{SUITE_PREFIX}.{other.lane} [{level(other)}]" == name) == 1:
+                break
+        if run.key in report.junit_only and run.lane == "unknown":
+            # A JUnit file that names no dflash-matrix run keeps its own suite name.
+            name = report.junit_only[run.key].name
+        names[run.key] = name
+    taken: dict[str, str] = {}
+    for key, name in names.items():
+        if name in taken:
+            raise InputError(
+                "junit.xml", "testsuite", f"runs {taken[name]!r} and {key!r} would share the suite name {name!r}"
+            )
+        taken[name] = key
+    return names
+
+
+@dataclass(frozen=True)
+class FindingReleases:
+    """One finding across the releases of one slot's history: per release, how many of its cells
+    (those some release's expectations put under it) show it, how many get what they would without
+    it, and how many gave a verdict at all. A release outside the finding's recorded range counts as
+    well: a cell there shows it when it gets the verdict and message it has under the finding."""
+
+    finding: str
+    slot: str
+    releases: tuple[str, ...]  # oldest first; () when the history ran no release of this slot
+    showing: tuple[int, ...]
+    without: tuple[int, ...]  # cells that get the verdict they would without the finding
+    ran: tuple[int, ...]
+
+    @property
+    def first_bad(self) -> str | None:
+        return next((release for release, n in zip(self.releases, self.showing, strict=True) if n), None)
+
+    @property
+    def last_good(self) -> str | None:
+        """The latest release before the first bad one in which some of its cells got what they would
+        without it (none showed it: that is the first bad one's definition). None: not measured there;
+        a release whose cells could not be asked (unavailable) is no good release."""
+        if (first := self.first_bad) is None:
+            return None
+        before = self.releases.index(first)
+        return next((self.releases[i] for i in reversed(range(before)) if self.without[i]), None)
+
+    @property
+    def fixed_in(self) -> str | None:
+        """The first release after the last one that shows it in which its cells get what they would without it."""
+        last = max((i for i, n in enumerate(self.showing) if n), default=None)
+        if last is None:
+            return None
+        return next((self.releases[i] for i in range(last + 1, len(self.releases)) if self.without[i]), None)
+
+    def per_release(self) -> str:
+        """``0.30.0 40/40 · 0.31.0 40/40``: the cells showing it of those that gave a verdict, per release."""
+        return " · ".join(
+            f"{release} {showing}/{ran}"
+            for release, showing, ran in zip(self.releases, self.showing, self.ran, strict=True)
+        )

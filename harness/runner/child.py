@@ -26,7 +26,7 @@ from typing import Any
 from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import CONTRACTS
 from harness.lanes.protocol import Lane
-from harness.matrix import Cell, Matrix, load_matrix
+from harness.matrix import Cell, Matrix
 from harness.observation import Failure, Observation, one_line
 from harness.stages import STAGES, Stage
 
@@ -45,11 +45,11 @@ def stage_at(slot_value: int) -> Stage:
 
 @dataclass(frozen=True)
 class ChildRequest:
-    """What a cell process needs to serve cells (it crosses the process boundary: plain data)."""
+    """What a cell process needs to serve cells (it crosses the process boundary: plain data). The
+    matrix as the parent parsed it, its options applied: the child never reads the file again."""
 
-    matrix_path: str
+    matrix: Matrix
     plants: tuple[str, ...]
-    options: dict[str, Any]
     parent: int
     environment: dict[str, str]
 
@@ -87,7 +87,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
     try:
         if preload_failure is not None:
             raise RuntimeError(preload_failure)
-        matrix = load_matrix(request.matrix_path).with_options(request.options)
+        matrix = request.matrix
         isolation = CONTRACTS[matrix.lane].isolation
         lane = create_lane(matrix)
         for plant in request.plants:
@@ -110,7 +110,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
         started = time.perf_counter()
         try:
             if isolation.reset is not None:
-                # Looked up per cell: a planted fault may replace it (tests/core/test_isolation.py).
+                # Looked up per cell: a planted fault may replace it (tests/selection_lane/isolation_plants.py).
                 resolve(isolation.reset)()
             observation = lane.observe(cell, stages)
         except Exception as exc:

@@ -54,7 +54,6 @@ class MatrixSession:
         matrix: Matrix,
         expectations: ExpectationSet,
         plants: Sequence[str] = (),
-        options: Mapping[str, Any] | None = None,
         journal: JournalWriter | None = None,
         resumed: Mapping[str, CellResult] | None = None,
         shared_warm: warm.SharedWarmParent | None = None,
@@ -66,7 +65,6 @@ class MatrixSession:
         self.runner = CellRunner(
             matrix,
             plants,
-            options=dict(options or {}),
             on_environment=self._lane_environment,
             shared_warm=shared_warm,
         )
@@ -125,7 +123,7 @@ def run_matrix(
 ) -> list[CellResult]:
     """Run (some) cells of a matrix outside pytest and judge them: the API planted-fault tests use.
 
-    ``options`` overrides keys of the matrix's [options] table in the cell process. Cell
+    ``options`` overrides keys of the matrix's [options] table (the cell processes get the matrix so). Cell
     processes fork from this process's shared warm parent: a test module's planted runs import
     the lane's preload once, not once each (a plant is applied in the cell process, after the fork).
     """
@@ -134,7 +132,7 @@ def run_matrix(
     if options:
         matrix = matrix.with_options(options)  # a bad override is refused here, before any cell process
     expectations = expectations_for(matrix, installed_vllm())
-    session = MatrixSession(matrix, expectations, plants, options, shared_warm=warm.SHARED)
+    session = MatrixSession(matrix, expectations, plants, shared_warm=warm.SHARED)
     try:
         return [session.run(cell)[0] for cell in plan(matrix, cell_ids, order)]
     finally:

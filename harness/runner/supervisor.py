@@ -104,13 +104,11 @@ class CellRunner:
         self,
         matrix: Matrix,
         plants: Sequence[str] = (),
-        options: dict[str, Any] | None = None,
         on_environment: Callable[[dict[str, Any]], None] | None = None,
         shared_warm: SharedWarmParent | None = None,
     ):
         self.matrix = matrix
         self.plants = tuple(plants)
-        self.options = dict(options or {})
         self.on_environment = on_environment
         self.environment = thread_environment()
         # Its own warm parent, stopped by close(); or, where given, one shared with the other
@@ -144,9 +142,8 @@ class CellRunner:
 
     def _start(self, key: str, cell: Cell) -> _Child | str:
         request = ChildRequest(
-            matrix_path=str(self.matrix.path),
+            matrix=self.matrix,
             plants=self.plants,
-            options=self.options,
             parent=os.getpid(),
             environment=self.environment,
         )

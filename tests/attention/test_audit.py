@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.attention.audit import SETTINGS, Requested, asked, differences, unaudited
-from harness.attention.checkpoint import DraftSpec, DraftTruth, ModelShape
+from harness.deployment.models import DraftSpec, DraftTruth, ModelShape
 
 # torch (the checkpoint writer's) but no vLLM: runs in a lane's env with the other attention tests.
 pytestmark = pytest.mark.vllm

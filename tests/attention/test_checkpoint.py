@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from harness.attention.checkpoint import DraftSpec, ModelShape, write_draft, write_target
+from harness.attention.checkpoint import write_draft, write_target
+from harness.deployment.models import DraftSpec, ModelShape
 
 pytestmark = pytest.mark.vllm
 

@@ -40,7 +40,9 @@ def test_a_key_the_schema_lacks_is_unavailable_wherever_the_release_validates_it
     """vLLM 0.25.x builds AttentionConfig in EngineArgs.__post_init__, 0.24.0 in
     create_engine_config: the same missing key must be ApiUnavailable (unavailable) in both,
     not a crash in one of them."""
-    from harness.attention.draft import EngineSettings, engine_config
+    from harness.attention.draft import engine_config
+    from harness.deployment.arguments import Deployment
+    from harness.deployment.settings import EngineSettings
 
     gap = _missing_key_error()
 
@@ -57,4 +59,4 @@ def test_a_key_the_schema_lacks_is_unavailable_wherever_the_release_validates_it
     monkeypatch.setitem(sys.modules, "vllm.engine.arg_utils", module)
     shape = EngineSettings(target_backend_per_kind=(("full", "TRITON_ATTN"),))
     with pytest.raises(ApiUnavailable, match="AttentionConfig has no backend_per_kind"):
-        engine_config(tmp_path / "t", tmp_path / "d", None, "float32", shape)
+        engine_config(tmp_path / "t", tmp_path / "d", Deployment(shape, None, "float32"))

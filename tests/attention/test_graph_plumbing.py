@@ -14,7 +14,7 @@ from harness.errors import InputError
 from harness.lanes.gpu import host as gpu_host
 from harness.lanes.gpu import lane as gpu
 from harness.matrix import expand, load_matrix
-from harness.verdict import Stage
+from harness.stages import Stage
 
 from .emulated_graphs import EmulatedGraphs, SilentGraphs, StaleGraphs
 

@@ -64,9 +64,10 @@ def lane(matrix: Matrix) -> cpu.CpuLane:
 
 
 def _observe(lane: cpu.CpuLane, cell: Cell, forward: LayerForward) -> Observation:
-    from harness.attention.draft import EngineSettings
+    from harness.deployment.cells import CPU_BLOCK_SIZE
+    from harness.deployment.settings import EngineSettings
 
-    engine = EngineSettings(block_size=cpu.CPU_BLOCK_SIZE)
+    engine = EngineSettings(block_size=CPU_BLOCK_SIZE)
     plan = CellPlan(
         device=torch.device("cpu"),
         seed=cell.seed + cpu.CpuOptions.seed,  # as the lanes derive it

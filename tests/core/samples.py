@@ -13,7 +13,8 @@ from harness.journal import JournalWriter
 from harness.matrix import Cell, Matrix, expand, load_matrix
 from harness.observation import Claim, Failure, LayerAgreement, LoaderDifferential, Observation
 from harness.result import CellResult, decide
-from harness.verdict import Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 BASIC_MATRIX = """
 [matrix]

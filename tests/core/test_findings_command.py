@@ -18,8 +18,8 @@ from harness.result import decide
 
 pytestmark = pytest.mark.pure
 
-# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM120).
-PER_KIND = "sm120-auto-causal-sink-kv-fp8-tgtkind.TRITON_ATTN-v2-cubin"
+# A per-kind cell the repro can script (the lane's own Qwen3 target; auto-selection on SM80).
+PER_KIND = "sm80-auto-causal-sink-tgtkind.FLASHINFER-v2-cubin"
 REFUSED = "sm90-ROCM_AITER_FA-causal-sink-v2-cubin"  # a refusal as expected: no finding, no page
 RUN = {"lane": "selection", "key": "s", "matrix": "selection", "vllm_version": "0.33.0", "torch_version": "2.14.0"}
 
@@ -29,7 +29,7 @@ def _report(folder: Path) -> Path:
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     seen = {
-        PER_KIND: Observation(None, platform_choice="FLASHINFER", observed_backends=("TRITON_ATTN",)),
+        PER_KIND: Observation(None, platform_choice="TRITON_ATTN", observed_backends=("FLASHINFER",)),
         REFUSED: Observation("ROCM_AITER_FA", rejection=("compute capability not supported",)),
     }
     records = [
@@ -50,7 +50,7 @@ def test_pages_scripts_and_index_without_the_reports_vllm(tmp_path: Path, capsys
         "target-per-kind-backend-overrides-draft.md",
     ]
     page = (out / "target-per-kind-backend-overrides-draft.md").read_text()
-    assert '"backend_per_kind": {\n            "full_attention": "TRITON_ATTN"' in page
+    assert "    attention_config={'backend_per_kind': {'full_attention': 'FLASHINFER'" in page
     assert "- expected (without the bug): **pass**" in page and "- actual: **wrong-backend**" in page
     assert "first bad release: 0.26.0" in page and "Result: not run here" in page
     index = (out / "index.md").read_text()
@@ -74,27 +74,30 @@ def test_the_configuration_a_cell_stands_for() -> None:
     assert "Mistral-7B-v0.1" in user_configuration({**axes, "target_model": "mistral_swa"})["model"]
     assert "attention_backend" not in arguments["speculative_config"]
     assert arguments["speculative_config"]["kv_cache_dtype"] == "fp8"
-    assert arguments["attention_backend"] == "FLASHINFER" and "attention_config" not in arguments
+    # As the lanes set a plain target backend: the attention config's backend (issue 37).
+    assert arguments["attention_config"] == {"backend": "FLASHINFER"} and "attention_backend" not in arguments
 
 
 def test_the_script_is_written_for_the_first_of_a_findings_cells_repro_can_build(tmp_path: Path) -> None:
-    """The per-kind finding's first cell is a DSpark draft, which the selection script does not build:
-    the page's script and configuration come from its first DFlash cell."""
+    """The per-kind finding's first cell here is one whose target failed to build first, which the
+    selection script (a stand-in target) cannot show: the page's script and configuration come from
+    its next cell. A DSpark cell, a float16 target or a Gemma 3 geometry is no reason (issue 37)."""
     matrix = load_matrix(matrix_path("selection"))
     expectations = expectations_for(matrix, "0.33.0")
     cells = {cell.id: cell for cell in expand(matrix)}
     dspark = (
-        "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-tgthead.gemma3-v2-cubin"
+        "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-v2-cubin"
     )
-    dflash = "sm80-TRITON_ATTN_DIFFKV-causal-sink-hd256-kv-fp8-dkv-bfloat16-tgtkind.FLASHINFER-v2-cubin"
+    dflash = "sm80-TRITON_ATTN-causal-sink-dkv-fp8-tgtkind.FLASHINFER-v2-cubin"
     records = []
     for ident, asked, carried in (
         (dspark, "FLASH_ATTN_DIFFKV", "TRITON_ATTN"),
-        (dflash, "TRITON_ATTN_DIFFKV", "FLASHINFER"),
+        (dflash, "TRITON_ATTN", "FLASHINFER"),
     ):
         seen = Observation(asked, platform_choice=asked, observed_backends=(carried,))
         records.append({**decide(cells[ident], seen, expectations.for_cell(cells[ident])).to_json(), "run": "s"})
     assert [record["finding"]["id"] for record in records] == ["target-per-kind-backend-overrides-draft"] * 2
+    records[0]["details"] = {"draft": "not built: the target failed first: ValueError: planted"}
     report = tmp_path / "report"
     report.mkdir()
     (report / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [RUN], "cells": records}))

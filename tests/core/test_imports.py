@@ -190,3 +190,128 @@ def test_the_root_lists_the_data_path() -> None:
     off_path_words = ("cuda", "gpu", "vllm", "release", "bisect", "stub", "flashinfer", "kernels")
     strays = [name for name in root if name.endswith(".py") and any(w in name for w in off_path_words)]
     assert strays == []
+
+
+# The deployment a cell stands for (issue 37): read by the lanes, the finding pages and repro alike.
+DEPLOYMENT = "harness.deployment"
+NOT_BELOW_THE_DEPLOYMENT = ("harness.attention", "harness.lanes", "harness.runner", "harness.cuda", "harness.releases")
+
+
+def test_the_deployment_reaches_nothing_child_side_nor_torch_or_vllm() -> None:
+    modules = _family(DEPLOYMENT)
+    assert {f"{DEPLOYMENT}.arguments", f"{DEPLOYMENT}.settings", f"{DEPLOYMENT}.models"} <= set(modules)
+    for module in modules:
+        assert {m for m in _reachable(module) if m.startswith(NOT_BELOW_THE_DEPLOYMENT)} == set(), module
+        imported = {
+            name.split(".")[0]
+            for node in ast.walk(ast.parse(MODULES[module].read_text()))
+            for name in (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+        }
+        assert not imported & {"torch", "vllm"}, module
+
+
+# vLLM's engine-argument keys the harness builds, spelled only where the arguments are built.
+ENGINE_ARGUMENT_KEYS = ("speculative_config", "attention_config")
+ARGUMENTS_HOME = "harness.deployment.arguments"
+
+
+def _spellings(tree: ast.AST) -> list[str]:
+    """Where ``tree`` spells an engine-argument key as data: a string or a keyword argument."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in ENGINE_ARGUMENT_KEYS:
+            found.append(f"line {node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.keyword) and node.arg in ENGINE_ARGUMENT_KEYS:
+            found.append(f"line {node.lineno}: {node.arg}=")
+    return found
+
+
+def test_the_engine_argument_keys_are_spelled_in_the_deployment_only() -> None:
+    """A lane, a page or a repro script that built its own ``speculative_config`` would drift from
+    the lanes' (the finding pages once printed ``attention_backend=`` where the lanes set the
+    attention config's backend). Reading vLLM's config (``config.speculative_config``) is no spelling."""
+    assert _spellings(ast.parse(MODULES[ARGUMENTS_HOME].read_text()))
+    sources = {module: path for module, path in MODULES.items() if module != ARGUMENTS_HOME}
+    # The repro templates are Python (their markers are names): their scripts carry the arguments as data.
+    sources.update({path.name: path for path in (HARNESS / "repro").glob("*.tmpl")})
+    assert len(sources) > len(MODULES)
+    spelled = {name: found for name, path in sources.items() if (found := _spellings(ast.parse(path.read_text())))}
+    assert spelled == {}
+
+
+def test_every_module_a_lane_reaches_in_the_deployment_is_in_its_build_path() -> None:
+    """A lane's build fingerprint (Contract.build_path) must move when its engine arguments do."""
+    from harness.contracts.lanes import CONTRACTS
+
+    fingerprinted = [contract for contract in CONTRACTS.values() if contract.build_path]
+    assert {"cpu", "selection", "gpu_emulated"} <= {contract.name for contract in fingerprinted}
+    for contract in fingerprinted:  # the gpu lane records no measured release: no build path
+        reached = {m for m in _reachable(contract.module) if m.startswith(DEPLOYMENT)}
+        files = {path for pattern in contract.build_path for path in HARNESS.glob(pattern)}
+        assert {m for m in reached if MODULES[m] not in files} == set(), contract.name
+
+
+# The report's views (issue 37): each reads the model (and the inputs, and the small modules below
+# every view: text escaping, JSON text, run pairing, device grids), never another view, as pytest's
+# junitxml.py is imported by nobody. ``build`` assembles them, the commands call them.
+REPORT_VIEWS = {
+    # the report's own files and the job summary
+    "junit",
+    "matrix_json",
+    "markdown",
+    "html",
+    "step_summary",
+    # comparisons of two reports, or of a report with vLLM's docs
+    "diff",
+    "exact",
+    "drift",
+    # the commands' pages
+    "history",
+    "finding_pages",
+    "release_delta",
+}
+
+
+def test_no_view_of_the_report_imports_another_view() -> None:
+    views = {f"harness.reports.{name}" for name in REPORT_VIEWS}
+    assert views <= set(MODULES)
+    imported = {view: sorted(GRAPH[view] & views) for view in views}
+    assert {view: others for view, others in imported.items() if others} == {}
+    assemblers = ("harness.reports", "harness.reports.build")  # the package re-exports build
+    below = {m for m in _family("harness.reports") if m not in views and m not in assemblers}
+    for module in below:  # nothing under the views reaches up to one
+        assert _reachable(module) & views == set(), module
+
+
+# Names read all over the harness, each imported from the one module that defines it (issue 37: they
+# were re-exported from two places).
+HOMES = {
+    "STAGES": "harness.stages",
+    "Stage": "harness.stages",
+    "StageLog": "harness.stages",
+    "DraftSpec": "harness.deployment.models",
+    "DraftTruth": "harness.deployment.models",
+    "ModelShape": "harness.deployment.models",
+    "EngineSettings": "harness.deployment.settings",
+    "Deployment": "harness.deployment.arguments",
+}
+
+
+def test_shared_names_are_imported_from_their_one_home() -> None:
+    strays = []
+    roots = [HARNESS, HARNESS.parent / "tests", HARNESS.parent / "benchmarks"]
+    for path in (file for root in roots for file in root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("harness"):
+                strays += [
+                    f"{path.name}: {alias.name} from {node.module}"
+                    for alias in node.names
+                    if alias.name in HOMES and node.module != HOMES[alias.name]
+                ]
+    assert strays == []

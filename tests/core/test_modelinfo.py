@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.attention.configs import DraftSpec, ModelShape, draft_config, target_config
 from harness.attention.modelinfo import main, matrix_architectures
 from harness.axes import METHODS, TARGET_MODELS
+from harness.deployment.models import DraftSpec, ModelShape, draft_config, target_config
 
 pytestmark = pytest.mark.pure
 

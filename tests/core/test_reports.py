@@ -17,9 +17,9 @@ from harness.matrix import Cell, expand
 from harness.observation import Claim
 from harness.reports import write_reports
 from harness.reports.inputs import read_matrix_json
-from harness.reports.markdown import md
 from harness.reports.matrix_json import matrix_document
 from harness.reports.merge import report_from_journal
+from harness.reports.text import md
 from harness.result import CellResult
 from harness.verdict import Verdict
 

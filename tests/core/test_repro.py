@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from harness.attention import audit
-from harness.attention.configs import SELECTION_SHAPE, target_config
 from harness.bundled import matrix_path
 from harness.cli import main
+from harness.deployment.models import SELECTION_SHAPE, target_config
 from harness.expectations import expectations_for
 from harness.findings import load_findings
 from harness.matrix import Cell, Matrix, expand, load_matrix
@@ -63,6 +63,13 @@ def _report(folder: Path, cells: list[dict[str, Any]]) -> Path:
     return folder
 
 
+# What the script carries of the report; the rest of its payload is the cell's deployment.
+_RECORDED = (
+    *("id", "axes", "expected", "expected_message", "accepted", "verdict", "message"),
+    *("head_dim", "target_backend"),
+)
+
+
 def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = _report(tmp_path / "report", [CELL])
     out = tmp_path / "repro.py"
@@ -78,9 +85,19 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
     exec(compile(text.split("\ndef load_libcuda", 1)[0], "repro", "exec"), namespace)
     payload = namespace["CELL"]
     assert isinstance(payload, dict)
-    checkpoints = {key: payload.pop(key) for key in ("target_config", "draft_config", "asked", "settings")}
-    assert checkpoints["target_config"]["architectures"] == ["Qwen3ForCausalLM"]  # the cell's (default) target
-    assert checkpoints["asked"][0]["sinks"] is True and checkpoints["asked"][0]["sliding_window"] is None
+    deployment = {key: payload.pop(key) for key in [*payload] if key not in _RECORDED}
+    assert deployment["target_config"]["architectures"] == ["Qwen3ForCausalLM"]  # the cell's (default) target
+    assert deployment["asked"][0]["sinks"] is True and deployment["asked"][0]["sliding_window"] is None
+    # The lane's engine arguments as data, the models where the script writes them.
+    arguments = deployment["engine_arguments"]
+    assert arguments["model"] == "<target>" and arguments["speculative_config"] == {
+        "method": "dflash",
+        "model": "<draft>",
+        "num_speculative_tokens": 4,
+        "attention_backend": "TRITON_ATTN",
+    }
+    assert arguments["load_format"] == "dummy" and arguments["dtype"] == "bfloat16"
+    assert deployment["v2_loader"] == ["vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model"]
     assert payload == {
         "id": CELL["id"],
         "axes": CELL["axes"],
@@ -104,10 +121,9 @@ def test_the_script_is_standalone_python_carrying_the_cell(tmp_path: Path, capsy
         ([{**CELL, "id": "sm90-FLASH_ATTN-causal", "lane": "gpu"}], "sm90-FLASH_ATTN-causal", "matrix"),
         # A cpu cell's inputs (seed, contexts, tolerance) come from its run's matrix.
         ([{**CELL, "id": "CPU_ATTN-causal-sink-bf16-v2", "lane": "cpu"}], "CPU_ATTN-causal-sink-bf16-v2", "matrix"),
-        ([{**CELL, "axes": {**CELL["axes"], "method": "dspark"}}], CELL["id"], "axes.method: the selection repro"),
-        # The script writes the cell's target family in bf16 with the lane's head geometry, never another.
-        ([{**CELL, "axes": {**CELL["axes"], "target_head": "gemma3"}}], CELL["id"], "axes.target_head: the selection"),
-        ([{**CELL, "axes": {**CELL["axes"], "target_dtype": "float16"}}], CELL["id"], "axes.target_dtype: the sel"),
+        # The script builds no real target and lays out no KV cache: a verdict decided there is refused.
+        ([{**CELL, "details": {"draft": "not built: the target failed first: x"}}], CELL["id"], "details.draft: the"),
+        ([{**CELL, "details": {"startup": {"path": "p", "message": "m"}}}], CELL["id"], "details.startup: the"),
         ([{**CELL, "finding": {"id": "x"}, "correct": {"verdict": "pass"}}], CELL["id"], "finding.title: must be"),
         ([{**CELL, "finding": PR_46770.to_json(), "correct": None}], CELL["id"], "correct: a finding's cell must"),
     ],

@@ -12,7 +12,8 @@ from harness.expectations import Expectation
 from harness.matrix import expand
 from harness.observation import Claim
 from harness.result import CellResult, decide
-from harness.verdict import ClaimGap, Outcome, Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import ClaimGap, Outcome, Verdict
 
 from .samples import CONTRACT_KEYS, OBSERVATIONS, matrix_from, ran, result
 

@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from harness.observation import Claim, Failure, LayerAgreement, LoaderDifferential, Observation
-from harness.verdict import VERDICTS, ClaimGap, Judgement, Outcome, Stage, Verdict, claim_gap, judge, outcome
+from harness.stages import Stage
+from harness.verdict import VERDICTS, ClaimGap, Judgement, Outcome, Verdict, claim_gap, judge, outcome
 
 from .samples import OBSERVATIONS, ran
 

@@ -38,7 +38,8 @@ def generate(root: Path, causal: bool, sink: bool, backend: str | None) -> dict[
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from harness.attention.checkpoint import DraftSpec, write_draft, write_target
+    from harness.attention.checkpoint import write_draft, write_target
+    from harness.deployment.models import DraftSpec
 
     target = write_target(root)
     draft = write_draft(root, DraftSpec(causal=causal, sink=sink))

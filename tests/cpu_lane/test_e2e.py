@@ -16,7 +16,8 @@ import pytest
 
 from harness.observation import Failure, Observation
 from harness.releases.provenance import installed_version
-from harness.verdict import Stage, Verdict, judge
+from harness.stages import Stage
+from harness.verdict import Verdict, judge
 
 from .e2e_generate import MAX_TOKENS, PROMPTS
 

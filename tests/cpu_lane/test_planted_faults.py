@@ -17,7 +17,8 @@ from harness.matrix import Cell, expand, load_matrix
 from harness.releases.provenance import installed_version
 from harness.result import CellResult
 from harness.runner.session import run_matrix
-from harness.verdict import Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 from . import plants
 

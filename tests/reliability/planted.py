@@ -21,7 +21,8 @@ from harness.matrix import Cell, expand, load_matrix
 from harness.observation import Observation
 from harness.reports.build import write_reports
 from harness.result import decide
-from harness.verdict import FAULTS, Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import FAULTS, Verdict
 
 CAUSAL_SINK = ("causal-sink", "causal-nosink", "noncausal-sink", "noncausal-nosink")
 

@@ -13,7 +13,8 @@ from harness.matrix import expand, load_matrix
 from harness.runner import supervisor
 from harness.runner.session import run_matrix
 from harness.runner.supervisor import CellRunner
-from harness.verdict import Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 from .planted import cell_ids, write_fake_matrix
 

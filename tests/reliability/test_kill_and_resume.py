@@ -18,7 +18,7 @@ import pytest
 import xmlschema
 from junitparser import JUnitXml, Skipped
 
-from harness.reports.markdown import md
+from harness.reports.text import md
 
 from .planted import cell_ids, inner_env, matrix_pytest_argv, run_matrix_pytest, write_fake_matrix
 

@@ -25,7 +25,8 @@ from harness.lanes.fake import create
 from harness.matrix import expand, load_matrix
 from harness.observation import Failure, Observation
 from harness.result import decide
-from harness.verdict import FAULTS, Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import FAULTS, Verdict
 
 from .consumers import enricomi, junit2html, xunit_viewer
 

@@ -21,9 +21,10 @@ from harness.expectations import Expectation
 from harness.findings import Finding, FindingKind
 from harness.reports.build import render_reports, write_files
 from harness.reports.finding_pages import FindingHistory
-from harness.reports.history import FindingReleases, finding_releases, history_json, release_history
+from harness.reports.history import finding_releases, history_json, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import merge
+from harness.reports.model import FindingReleases
 from harness.result import CellResult
 from harness.verdict import Verdict
 

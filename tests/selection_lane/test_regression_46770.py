@@ -15,7 +15,8 @@ import pytest
 
 from harness.result import CellResult
 from harness.runner.session import run_matrix
-from harness.verdict import Stage, Verdict
+from harness.stages import Stage
+from harness.verdict import Verdict
 
 from . import prefix_loader
 from .pre_fix import BEFORE_FIX, VLLM

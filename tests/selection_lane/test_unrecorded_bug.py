@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.reports.markdown import md
+from harness.reports.text import md
 
 from . import prefix_loader
 from .pre_fix import BEFORE_FIX, VLLM

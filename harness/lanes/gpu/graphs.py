@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from harness.deployment.cells import REPLAY_CONTEXT_STEP
 from harness.stages import Stage, StageLog
 
 # The least CUDA-graph support a DFlash draft's attention needs for vLLM to capture it: its
@@ -20,9 +21,6 @@ V1_GRAPH_RUNTIME = (
     "Model Runner V1's drafter captures PIECEWISE graphs at most, which leave attention outside; "
     "the draft attention ran eagerly, as vLLM runs it"
 )
-# How much longer than the cell's each replayed batch's contexts are: every replay must differ
-# from the capture's dummy batch and from the batch before it.
-REPLAY_CONTEXT_STEP = 13
 
 
 class GraphForward:

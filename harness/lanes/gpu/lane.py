@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.contracts.lanes import GPU, GpuOptions
 from harness.cuda.devices import is_sticky_cuda_error
-from harness.lanes.gpu.graphs import REPLAY_CONTEXT_STEP, V1_GRAPH_RUNTIME, GraphForward
+from harness.lanes.gpu.graphs import V1_GRAPH_RUNTIME, GraphForward
 from harness.lanes.gpu.host import CudaHost, Host, require_device
 from harness.lanes.protocol import Aftermath
 from harness.matrix import Cell, Matrix
@@ -81,8 +81,8 @@ class GpuLane:
     def workspace(self) -> Workspace:
         """The process's checkpoints and targets, set up on the first cell, on the host's device."""
         if self._workspace is None:
-            from harness.attention.checkpoint import ModelShape
             from harness.attention.workspace import Workspace, WorkspaceSettings
+            from harness.deployment.models import ModelShape
 
             self._device = self.host.device()
             shape = ModelShape(head_dim=self.options.head_dim)
@@ -90,14 +90,9 @@ class GpuLane:
         return self._workspace
 
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        from harness.attention.cell import (
-            CellPlan,
-            EagerForward,
-            context_lens,
-            engine_settings,
-            observe_cell,
-        )
-        from harness.attention.draft import EngineSettings
+        from harness.attention.cell import CellPlan, EagerForward, observe_cell
+        from harness.deployment.cells import gpu_captured, gpu_deployment
+        from harness.deployment.settings import EngineSettings, context_lens
 
         self.host.start(cell)
         wanted = cell.get("capability")
@@ -116,25 +111,16 @@ class GpuLane:
         workspace = self.workspace()
         device = self._device
         kv_cache_dtype = str(GPU.value(cell.values, "kv_cache_dtype"))
-        loader = str(GPU.value(cell.values, "loader"))
         graph = GPU.value(cell.values, "cudagraph") == "graph"
         # Model Runner V1 never puts draft attention in a graph (V1_GRAPH_RUNTIME): its graph
         # cells run what vLLM runs, eagerly, and say so.
-        captured = graph and loader == "v2"
-        query_len = EngineSettings().num_speculative_tokens + 1
-        contexts = context_lens(cell, self.options.context_lens)
-        longest = max(contexts) + (REPLAY_CONTEXT_STEP if captured else 0) + query_len
+        captured = gpu_captured(cell.values)
         # The family's axes (method, draft KV dtype, target attention) as engine settings; the
         # model lives where the host says (an emulated host's simulated CUDA platform says "cuda").
-        engine = engine_settings(
-            cell,
-            EngineSettings(
-                kv_cache_dtype=kv_cache_dtype,
-                block_size=self.options.block_size,
-                max_model_len=max(EngineSettings().max_model_len, -(-longest // 256) * 256),
-                device=self.host.model_device,
-            ),
-        )
+        deployment = gpu_deployment(cell.values, self.options, self.host.model_device)
+        engine = deployment.settings
+        query_len = engine.num_speculative_tokens + 1
+        contexts = context_lens(cell.values, self.options.context_lens)
         plan = CellPlan(
             device=device,
             seed=cell.seed + self.options.seed,  # each cell its own inputs, the same on every run
@@ -147,7 +133,7 @@ class GpuLane:
             forward=GraphForward(device, self.host.graphs()) if captured else EagerForward(device),
             tolerance=cell.tolerance,
             unmodelled_fp8_tolerance=self.options.kv_fp8_tolerance,
-            graph_tokens=query_len * len(contexts) if graph else None,
+            graph_tokens=deployment.graph_tokens,
             kv_cache_through_vllm=self.host.lays_out_kv_cache,
         )
         observation = observe_cell(cell, plan, workspace, stage_log)

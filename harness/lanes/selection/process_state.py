@@ -13,14 +13,15 @@ from typing import Any
 
 from harness.attention import audit, kv_cache
 from harness.attention.apis import ApiUnavailable, vllm_apis
-from harness.attention.cell import draft_spec, engine_settings
 from harness.attention.checkpoint import write_draft, write_target
-from harness.attention.configs import SELECTION_SHAPE, DraftSpec, DraftTruth
-from harness.attention.draft import EngineSettings, engine_config
+from harness.attention.draft import engine_config
 from harness.attention.kv_cache import KvCacheLayout
 from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
+from harness.deployment.cells import selection_deployment
+from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth
+from harness.deployment.settings import draft_spec
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
     NO_DRIVER,
@@ -217,7 +218,7 @@ class ProcessState:
         if unaudited := audit.unaudited(layers.settings):
             details["settings_not_audited"] = unaudited
         observed = layers.backends
-        spec, _ = draft_spec(cell)
+        spec, _ = draft_spec(cell.values)
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if layers.startup is not None:
@@ -405,7 +406,7 @@ class ProcessState:
             speculator = kv_cache.v1_proposer(loaded.proposer)
         else:
             draft_layers = kv_cache.mark_draft_layers(config, target_layers)
-            spec, _ = draft_spec(cell)
+            spec, _ = draft_spec(cell.values)
             truth = self.checkpoints.draft(spec, self.head_size(cell))
             attention = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
             speculator = kv_cache.v2_speculator(attention, draft_layers, device)
@@ -419,14 +420,15 @@ class ProcessState:
         gpu lanes make theirs): layers register by name in the config they are built under, so a
         second draft in the same config fails with 'Duplicate layer name'. Dummy weights, on
         device cpu: the simulated CUDA platform would put the model on "cuda"."""
-        spec, _ = draft_spec(cell)
+        spec, _ = draft_spec(cell.values)
         truth = self.checkpoints.draft(spec, self.head_size(cell))
-        base = EngineSettings(load_format="dummy", device="cpu", target_backend=self.options.target_backend)
-        dtype = str(SELECTION.value(cell.values, "target_dtype"))
+        deployment = selection_deployment(cell.values, self.options.target_backend)
         target = self.checkpoints.target_of(
-            str(SELECTION.value(cell.values, "target_model")), dtype, str(SELECTION.value(cell.values, "target_head"))
+            str(SELECTION.value(cell.values, "target_model")),
+            deployment.dtype,
+            str(SELECTION.value(cell.values, "target_head")),
         )
-        return engine_config(target, truth.path, cell.requested_backend, dtype, engine_settings(cell, base))
+        return engine_config(target, truth.path, deployment)
 
     def _allow_flashinfer_on_host(self) -> None:
         if not self._flashinfer_host_ready:

@@ -184,6 +184,14 @@ def target_shape(shape: ModelShape, head: str) -> ModelShape:
     return dataclasses.replace(shape, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
 
 
+def config_only_target(shape: ModelShape, family: str, dtype: str, head: str) -> dict[str, object]:
+    """The config of a config-only target (no weights) of ``family``, ``dtype`` and attention geometry
+    ``head`` (harness.axes.TARGET_MODELS, TARGET_DTYPES, TARGET_HEADS), as a real one has them."""
+    config = target_config(target_shape(shape, head), family)
+    config["torch_dtype"] = dtype
+    return config
+
+
 def target_config(shape: ModelShape, family: str) -> dict[str, object]:
     """A target config of ``family`` (harness.axes.TARGET_MODELS) with ``shape``'s dimensions,
     written with the fields the real family's config.json carries for the property at stake."""
@@ -246,6 +254,15 @@ KV_CACHE_QUANTIZATION_CONFIG: dict[str, object] = {
     "config_groups": {},
     "ignore": [],
     "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True},
+}
+
+
+# Model Runner V2's loader per family member, (module, function): DFlash and DFlash2 share
+# ``load_dflash_model`` (DFlash2Speculator subclasses DFlashSpeculator); DSpark has its own.
+V2_LOADERS = {
+    "dflash": ("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model"),
+    "dflash2": ("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model"),
+    "dspark": ("vllm.v1.worker.gpu.spec_decode.dspark.utils", "load_dspark_model"),
 }
 
 
