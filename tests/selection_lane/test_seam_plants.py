@@ -116,6 +116,10 @@ def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exact
             # SM80's TRITON_ATTN cannot build the fp8 cache the plant hands the draft (it raises at build).
             assert "native FP8 (fp8e4nv) requires SM89+" in result.message, result.message
             continue
+        if result.verdict == Verdict.CRASH and target == "fp8_e5m2":
+            # A requested backend that takes fp8 e4m3 only refuses the target's e5m2 at the loader's selection.
+            assert "kv_cache_dtype not supported" in result.message, result.message
+            continue
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         assert f"kv_cache_dtype is {target}, the draft asked for auto" in result.message, result.message
         assert "kv_cache_torch_dtype is torch.uint8, the draft asked for torch." in result.message, result.message
@@ -141,8 +145,12 @@ def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_a
         assert _built_by_load_dflash_model(result.axes) and result.axes["target_dtype"] != "bfloat16", result.id
     assert should and should <= set(changed), sorted(should - set(changed))
     for result in (changed[i] for i in should):
-        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         wanted = f"dtype is torch.bfloat16, the draft asked for torch.{result.axes['target_dtype']}"
         assert wanted in result.message, result.message
+        if result.verdict == Verdict.WRONG_BACKEND and result.requested_backend is None:
+            # Auto-selection redone for the checkpoint's bfloat16 picks another backend: the more severe
+            # verdict, with the dtype named beside it.
+            continue
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
     # The bfloat16 targets' cells here are the control: the checkpoint's dtype is theirs.
     assert any(r.ok and r.axes["target_dtype"] == "bfloat16" for r in results)
