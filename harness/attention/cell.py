@@ -420,7 +420,7 @@ def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observati
     vllm_draft.settle_kv_cache(cell.config, every_layer)
     if (lost := audit_layers(cell, built, plan)) is not None:
         return lost
-    attention_config = vllm_draft.draft_attention_config(cell.config, cell.truth.any_non_causal, cell.requested)
+    attention_config = vllm_draft.draft_attention_config(cell.config, cell.truth.any_non_causal)
     refusals = [why for why in (plan.forward.refusal(attn, attention_config) for attn in built.layers) if why]
     if refusals:
         # The backend's claim covers the configuration; for a graph cell vLLM's own answer on
@@ -578,7 +578,6 @@ def differential(
         plan.device,
         cell.spec.method,
         cell.truth.any_non_causal,
-        cell.requested,
         plan.forward,
         built.layers,
         [run.runs for run in runs],

@@ -66,7 +66,6 @@ def v1_differential(
     device: torch.device,
     method: str,
     any_non_causal: bool,
-    requested: str | None,
     forward: LayerRunner,
     v2_layers: Sequence[Any],
     v2_runs: Sequence[LayerRuns],
@@ -76,7 +75,7 @@ def v1_differential(
     """Model Runner V1's draft, built under ``config`` (a VllmConfig of its own, made as the
     cell's: layers register in the config they are built under), against the V2 draft's
     layer outputs. Its metadata builders get the config the V2 draft's got
-    (``draft_attention_config``: the draft's causality and requested backend)."""
+    (``draft_attention_config``: as V2's speculator makes it)."""
     from vllm.config import set_current_vllm_config
 
     from harness.attention import draft as vllm_draft
@@ -92,7 +91,7 @@ def v1_differential(
             return LoaderDifferential(not_comparable=one_line(exc))
         layers = vllm_draft.attention_layers(twin.model)
         vllm_draft.settle_kv_cache(config, layers)
-        builders_config = vllm_draft.draft_attention_config(config, any_non_causal, requested)
+        builders_config = vllm_draft.draft_attention_config(config, any_non_causal)
         refusals = [why for why in (forward.refusal(attn, builders_config) for attn in layers) if why]
         if refusals:
             return LoaderDifferential(not_comparable="V1's draft would not run this way: " + "; ".join(refusals))

@@ -59,15 +59,28 @@ def on_device(vllm_config: Any, device: str) -> Any:
     return vllm_config
 
 
-def draft_attention_config(vllm_config: Any, any_non_causal: bool, requested: str | None) -> Any:
-    """The config the draft's attention metadata builders get, as Model Runner V2's DFlash
-    speculator makes it (``attn_vllm_config``): the engine's, with the draft's causality and
-    backend. FlashInfer's CUDA-graph support depends on ``use_non_causal``."""
-    from vllm.config import replace
-
-    config = copy.copy(vllm_config)
-    config.attention_config = replace(vllm_config.attention_config, use_non_causal=any_non_causal, backend=requested)
-    return config
+def draft_attention_config(vllm_config: Any, any_non_causal: bool) -> Any:
+    """The config the draft's attention metadata builders get, made by the release's own Model
+    Runner V2 DFlash speculator (``DFlashSpeculator.attn_vllm_config``, which DFlash2 and DSpark
+    inherit): from 0.26.0 the engine's config with the draft's causality (``use_non_causal``:
+    FlashInfer's CUDA-graph support depends on it); from 0.34.0 also the draft's own
+    ``speculative_config`` overrides (``_DRAFT_VLLM_CONFIG_OVERRIDES``: attention backend, KV-cache
+    dtype, MoE backend). The property reads three attributes its ``__init__`` sets from the
+    engine's config; the rest of that ``__init__`` allocates device buffers, so the speculator
+    is made without it. A release without the property (0.24.0, 0.25.x) hands its builders the
+    engine's config as it is (``DraftModelSpeculator.set_attn``)."""
+    try:
+        from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
+    except ImportError:
+        return copy.copy(vllm_config)
+    made_by = getattr(DFlashSpeculator, "attn_vllm_config", None)
+    if not isinstance(made_by, property) or made_by.fget is None:
+        return copy.copy(vllm_config)
+    speculator = object.__new__(DFlashSpeculator)
+    speculator.vllm_config = vllm_config
+    speculator.speculative_config = vllm_config.speculative_config
+    speculator.requires_non_causal = any_non_causal
+    return made_by.fget(speculator)
 
 
 def init_single_process_group(root: Path, backend: str) -> None:

@@ -408,7 +408,7 @@ class ProcessState:
             draft_layers = kv_cache.mark_draft_layers(config, target_layers)
             spec, _ = draft_spec(cell.values)
             truth = self.checkpoints.draft(spec, self.head_size(cell))
-            attention = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
+            attention = draft_attention_config(config, truth.any_non_causal)
             speculator = kv_cache.v2_speculator(attention, draft_layers, device)
         settle_kv_cache(config, list(kv_cache.attention_layers(config).values()))
         # A pool sized from what the cell's target and draft need (kv_cache.pool_bytes): a fixed
