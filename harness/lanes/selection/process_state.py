@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,30 @@ class Selection:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Asked:
+    """One cell as the lane asks it: the request, the loader, and the details every observation
+    of it carries (filled in as the steps of ``ProcessState.observe`` learn more)."""
+
+    requested: str | None
+    loader: str
+    details: dict[str, Any]
+
+    def unavailable(self, why: str) -> Observation:
+        return Observation(requested_backend=self.requested, unavailable=why, details=self.details)
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """The platform's answer for the draft's layer: the backend it picks for the request (or
+    auto-selection's), its refusal, and ``seen``: an Observation that already holds the request,
+    its claim and the details."""
+
+    platform_choice: str | None
+    rejection: tuple[str, ...] | None
+    seen: Callable[..., Observation]
+
+
 class ProcessState:
     """The selection lane's vLLM state in one cell process, for its one simulated GPU: vLLM
     imported once, checkpoints written once, distributed state initialised once, reused by every
@@ -132,7 +157,25 @@ class ProcessState:
 
     # -- one cell ---------------------------------------------------------
     def observe(self, cell: Cell, stage_log: StageLog) -> Observation:
-        requested = cell.requested_backend
+        """One cell, in the order the engine meets it: what this release lacks for it, the
+        platform's answer for the draft's layer, the draft vLLM builds behind the target, and
+        what its layers carry against what the draft asked. Each step either hands the next
+        what it found or ends the cell with the observation that stops it."""
+        asked = self.asked(cell)
+        if (absent := self.absent_here(asked)) is not None:
+            return absent
+        stage_log(Stage.SELECT)
+        answered = self.platform_answer(cell, asked)
+        if isinstance(answered, Observation):
+            return answered
+        stage_log(Stage.BUILD)
+        built = self.built_draft(cell, asked, answered, stage_log)
+        if isinstance(built, Observation):
+            return built
+        return self.judged_layers(cell, asked, answered, built)
+
+    def asked(self, cell: Cell) -> _Asked:
+        """The cell's request and loader, and the details every observation of it carries."""
         loader = str(SELECTION.value(cell.values, "loader"))
         details: dict[str, Any] = {
             "simulated": self.installed.gpu.device_name,
@@ -144,36 +187,53 @@ class ProcessState:
             details["target_backend"] = self.options.target_backend
         if self.not_in_matrix:
             details["backends_not_in_matrix"] = list(self.not_in_matrix)
-        # A loader this release lacks (Model Runner V1's proposers are gone in 0.34.0) makes the
-        # whole cell one that cannot exist here, whatever the platform would answer: unavailable
-        # before the platform is asked, as in the cpu and gpu lanes (missing_for_draft_cell). The
-        # platform's answer to the same request is the other loader's cell.
-        missing_api = self.apis.missing_for_selection()
-        if missing_api:
-            return Observation(requested_backend=requested, unavailable=missing_api, details=details)
-        missing_loader = self.apis.missing_for_loader(loader)
-        if missing_loader:
-            details["draft"] = f"not built: {missing_loader}"
-            return Observation(requested_backend=requested, unavailable=missing_loader, details=details)
+        return _Asked(cell.requested_backend, loader, details)
 
-        stage_log(Stage.SELECT)
+    def absent_here(self, asked: _Asked) -> Observation | None:
+        """A loader this release lacks (Model Runner V1's proposers are gone in 0.34.0) makes the
+        whole cell one that cannot exist here, whatever the platform would answer: unavailable
+        before the platform is asked, as in the cpu and gpu lanes (missing_for_draft_cell). The
+        platform's answer to the same request is the other loader's cell."""
+        if missing_api := self.apis.missing_for_selection():
+            return asked.unavailable(missing_api)
+        if missing_loader := self.apis.missing_for_loader(asked.loader):
+            asked.details["draft"] = f"not built: {missing_loader}"
+            return asked.unavailable(missing_loader)
+        return None
+
+    def platform_answer(self, cell: Cell, asked: _Asked) -> _Answered | Observation:
+        """The platform's answer for the draft's layer (``select``): the backend it picks for the
+        request (auto-selection where nothing is requested) or its refusal."""
         try:
             selection = self.select(cell)
         except ApiUnavailable as why:
-            return Observation(requested_backend=requested, unavailable=str(why), details=details)
+            return asked.unavailable(str(why))
         except Exception as error:
             if NO_DRIVER in str(error):
-                return Observation(requested_backend=requested, unavailable=host_limit(error), details=details)
-            return Observation(requested_backend=requested, failure=_failure(Stage.SELECT, error), details=details)
-        details.update(selection.details)
-        platform_choice = selection.explicit if requested else selection.auto
-        rejection = selection.rejection if requested else selection.auto_rejection
-
+                return asked.unavailable(host_limit(error))
+            return Observation(
+                requested_backend=asked.requested, failure=_failure(Stage.SELECT, error), details=asked.details
+            )
+        asked.details.update(selection.details)
+        requested = asked.requested
         # Every fact from here on shares the request, its claim and the details gathered so far.
-        seen = functools.partial(Observation, requested_backend=requested, claim=selection.claim, details=details)
-        stage_log(Stage.BUILD)
+        return _Answered(
+            platform_choice=selection.explicit if requested else selection.auto,
+            rejection=selection.rejection if requested else selection.auto_rejection,
+            seen=functools.partial(
+                Observation, requested_backend=requested, claim=selection.claim, details=asked.details
+            ),
+        )
+
+    def built_draft(
+        self, cell: Cell, asked: _Asked, answered: _Answered, stage_log: StageLog
+    ) -> BuiltDraft | Observation:
+        """The draft vLLM's loader builds behind the target (``build_draft``), or what stopped it:
+        V1's refusal, a release that lacks what the cell needs, the target failing first, the
+        loader's refusal (or its selecting another backend than the platform), a crash."""
+        details, seen, platform_choice = asked.details, answered.seen, answered.platform_choice
         try:
-            layers = self.build_draft(cell, loader, stage_log)
+            return self.build_draft(cell, asked.loader, stage_log)
         except _V1Refusal as refusal:
             # vLLM's own answer for Model Runner V1 (VllmConfig._validate_v1_model_runner).
             details["draft"] = "not built: Model Runner V1 refuses the config"
@@ -190,10 +250,10 @@ class ProcessState:
                 return seen(platform_choice=platform_choice, rejection=(one_line(cause, 600),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, cause))
         except ValueError as error:
-            if rejection is not None:
+            if answered.rejection is not None:
                 # The loader refused the request with a configuration error, as the platform did.
                 details["draft"] = f"loader refused it too: {one_line(error, 300)}"
-                return seen(platform_choice=platform_choice, rejection=rejection)
+                return seen(platform_choice=platform_choice, rejection=answered.rejection)
             selected = SELECTED.search(str(error))
             if selected is not None and selected.group(1) != platform_choice:
                 # The platform accepts the request, yet the loader selected another backend for
@@ -208,6 +268,16 @@ class ProcessState:
                 details["draft"] = "not built: constructing it needs a real CUDA device"
                 return seen(platform_choice=platform_choice, unavailable=host_limit(error))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
+
+    def judged_layers(self, cell: Cell, asked: _Asked, answered: _Answered, layers: BuiltDraft) -> Observation:
+        """What the built draft's layers carry against what the draft asked (``audit``), the
+        engine's start-up with them, and the KV cache vLLM lays out for them."""
+        details, seen, platform_choice, rejection = (
+            asked.details,
+            answered.seen,
+            answered.platform_choice,
+            answered.rejection,
+        )
         details["draft_layers"] = [
             f"{name}: {backend} ({impl}, kv {settings.get('kv_cache_dtype', '')})"
             for name, backend, impl, settings in zip(
@@ -222,17 +292,7 @@ class ProcessState:
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if layers.startup is not None:
-            # The engine stops at start-up with these layers: no request is ever served, so that is
-            # the verdict, whatever the layers carry (their settings stay in the details).
-            halted = layers.startup
-            details["kv_cache"] = f"not laid out: the engine's start-up stops ({halted.path})"
-            details["startup"] = {"path": halted.path, "message": halted.message}
-            if halted.kind == "refusal":
-                return seen(platform_choice=platform_choice, rejection=(halted.message,), rejection_stage=Stage.STARTUP)
-            if halted.kind == "host-limit":
-                return seen(platform_choice=platform_choice, unavailable=f"{HOST_LIMIT}{halted.message}")
-            failure = Failure(Stage.STARTUP, halted.error_type, halted.message)
-            return seen(platform_choice=platform_choice, failure=failure)
+            return self.stopped_at_startup(layers.startup, answered, details)
         if layers.kv_cache is None:
             details["kv_cache"] = f"not laid out: {layers.kv_cache_missing}"
         else:
@@ -253,6 +313,19 @@ class ProcessState:
             details["draft"] = "built although the platform rejects the request: the loader lost it"
             return seen(platform_refusal=rejection, observed_backends=observed)
         return seen(platform_choice=platform_choice, observed_backends=observed)
+
+    @staticmethod
+    def stopped_at_startup(halted: StartupStop, answered: _Answered, details: dict[str, Any]) -> Observation:
+        """The engine stops at start-up with these layers: no request is ever served, so that is
+        the verdict, whatever the layers carry (their settings stay in the details)."""
+        seen, platform_choice = answered.seen, answered.platform_choice
+        details["kv_cache"] = f"not laid out: the engine's start-up stops ({halted.path})"
+        details["startup"] = {"path": halted.path, "message": halted.message}
+        if halted.kind == "refusal":
+            return seen(platform_choice=platform_choice, rejection=(halted.message,), rejection_stage=Stage.STARTUP)
+        if halted.kind == "host-limit":
+            return seen(platform_choice=platform_choice, unavailable=f"{HOST_LIMIT}{halted.message}")
+        return seen(platform_choice=platform_choice, failure=Failure(Stage.STARTUP, halted.error_type, halted.message))
 
     def selector_config(self, cell: Cell) -> Any:
         """The selector inputs of the draft's attention layer, as vLLM's Attention builds them."""
