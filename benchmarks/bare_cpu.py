@@ -103,7 +103,7 @@ class BareProcess:
             layers = vllm_draft.attention_layers(draft.model)
             vllm_draft.settle_kv_cache(config, layers)
             # The metadata builders get the engine's config with the draft's causality and backend.
-            attention_config = draft_attention_config(config, truth.any_non_causal, cell.requested_backend)
+            attention_config = draft_attention_config(config, truth.any_non_causal)
             batch = Batch(query_len=engine.num_speculative_tokens + 1)
             shape = truth.shape
             for index, attn in enumerate(layers):
@@ -138,7 +138,7 @@ class BareProcess:
                 twin = vllm_draft.load_draft("v1", self.targets[dtype_name], twin_config, torch.device("cpu"))
                 twin_layers = vllm_draft.attention_layers(twin.model)
                 vllm_draft.settle_kv_cache(twin_config, twin_layers)
-                twin_attention = draft_attention_config(twin_config, truth.any_non_causal, cell.requested_backend)
+                twin_attention = draft_attention_config(twin_config, truth.any_non_causal)
                 for index, (attn, (inputs, output)) in enumerate(zip(twin_layers, runs, strict=True)):
                     theirs = run_eager(
                         attn, twin_attention, batch, inputs, twin.causal[index], torch.device("cpu"), lambda stage: None
