@@ -234,7 +234,7 @@ def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> Spe
             num_query_per_req=1 + int(speculative.num_speculative_tokens),
         )
         with mock.patch.object(dflash, "DFlashCudaGraphManager", _ModeRecorder):
-            dflash.DFlashSpeculator.init_cudagraph_manager(state, runner_mode)  # type: ignore[arg-type]
+            dflash.DFlashSpeculator.init_cudagraph_manager(state, runner_mode)
         return state.query_cudagraph_manager.cudagraph_mode
 
     return Speculator(groups, cudagraph_mode, draft_config)
@@ -411,6 +411,7 @@ def bind(
     # The speculator's builders are created after the runner resolved the mode, under it (its
     # attn_vllm_config shares the engine's compilation config), as set_attn follows the decision.
     drafts = speculator.groups(kv_cache_config, runner_blocks)
+    draft_config = vllm_config if speculator.attn_config is None else speculator.attn_config
     if graphs is not None:
         draft_mode = speculator.cudagraph_mode(runner_mode, drafts)
         decision = CudaGraphDecision(_mode_name(requested), _mode_name(runner_mode), _mode_name(draft_mode))
@@ -433,7 +434,7 @@ def bind(
                 runner_kernel_block=int(runner_blocks[gid]),
                 speculator_kernel_block=next((_builder_block(g) for g in drafts if g.kv_cache_group_id == gid), None),
                 runner_cudagraph_support=_supports(vllm_config, runner, gid) if graphs else (),
-                speculator_cudagraph_support=_supports(_or(speculator.attn_config, vllm_config), drafts, gid) if graphs else (),
+                speculator_cudagraph_support=_supports(draft_config, drafts, gid) if graphs else (),
             )
             for gid, group in enumerate(kv_cache_config.kv_cache_groups)
         ),
@@ -488,10 +489,6 @@ def _supports(vllm_config: Any, attn_groups: list[Any], gid: int) -> tuple[str, 
         for g in attn_groups
         if g.kv_cache_group_id == gid
     )
-
-
-def _or(config: Any, default: Any) -> Any:
-    return default if config is None else config
 
 
 def _mode_name(mode: Any) -> str:
