@@ -19,11 +19,18 @@ target and draft, with a small KV-cache budget on the model's device:
    ``GPUModelRunner`` (CUDA buffers and streams), so V2's ``init_attn_backend`` stands in for it:
    both group a KV-cache group's layers by (backend, spec, query heads) and both pick kernel
    block sizes with ``prepare_kernel_block_sizes``;
-3. ``init_kv_cache`` with the runner's kernel block sizes and both callers' attention groups,
+3. where the caller asks (``GraphInputs``: the selection lane), the CUDA-graph decision between
+   the two: the runner resolves the compilation config's ``cudagraph_mode`` over its builders'
+   ``get_cudagraph_support`` (``CompilationConfig.resolve_cudagraph_mode_and_sizes``, which
+   writes the mode back and raises where no mode serves them), the speculator's builders are
+   created under that mode, and the speculator decides the draft's own mode from its builders
+   (``DFlashSpeculator.init_cudagraph_manager``; V1's ``initialize_cudagraph_keys``);
+4. ``init_kv_cache`` with the runner's kernel block sizes and both callers' attention groups,
    which binds a cache view to every layer (V1's ``initialize_kv_cache_tensors`` calls the same
    ``allocate_kv_cache`` and ``map_kv_caches_to_kernel_blocks``).
 
-``lay_out`` reads the result into plain data; ``bind`` also hands a kernel lane each draft
+Step 3 is the order Model Runner V2's ``initialize_kv_cache`` runs (target-draft-seam.md, "The
+start-up sequence"). ``lay_out`` reads the result into plain data; ``bind`` also hands a kernel lane each draft
 layer's bound view and speculator group (``BoundCache``); ``disagreements`` is pure;
 ``missing_api`` says why a release cannot be asked. Imports vLLM lazily; only a lane's cell process calls them.
 """
@@ -54,6 +61,38 @@ class GroupLayout:
     layers: tuple[str, ...]
     runner_kernel_block: int
     speculator_kernel_block: int | None
+    # Each attention group's builder's CUDA-graph support ("BACKEND: AttentionCGSupport"), the
+    # runner's and the speculator's: what the CUDA-graph decision read (empty where not decided).
+    runner_cudagraph_support: tuple[str, ...] = ()
+    speculator_cudagraph_support: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CudaGraphDecision:
+    """The start-up's CUDA-graph decision (module docstring, step 3), as mode names.
+
+    requested:  the compilation config's ``cudagraph_mode`` before the runner resolved it.
+    runner:     what the runner resolved it to (written back to the compilation config); every
+                target layer runs under it.
+    speculator: the draft's own mode, decided by the speculator from its builders' support.
+    """
+
+    requested: str
+    runner: str
+    speculator: str
+
+
+@dataclass(frozen=True)
+class GraphInputs:
+    """What the runner's CUDA-graph decision reads besides the builders: the uniform decode
+    query length (V2: ``num_speculative_steps + num_new_sampled_tokens_per_step``; V1:
+    ``uniform_decode_query_len``; both 1 + num_speculative_tokens for a DFlash draft), which
+    runner decides (V2 leaves capture sizes to its own sizing, V1 rounds them) and whether the
+    loaded target offers piecewise capture (``has_compiled_submodule`` or breakable graphs)."""
+
+    decode_query_len: int
+    use_v2_model_runner: bool
+    piecewise_capture_available: bool
 
 
 @dataclass(frozen=True)
@@ -81,9 +120,17 @@ class DraftBinding:
 class KvCacheLayout:
     groups: tuple[GroupLayout, ...]
     drafts: tuple[DraftBinding, ...]
+    cudagraph: CudaGraphDecision | None = None
 
     def details(self) -> dict[str, Any]:
-        return {"groups": [asdict(g) for g in self.groups], "draft_layers": [asdict(d) for d in self.drafts]}
+        found: dict[str, Any] = {
+            # A layout laid out without the CUDA-graph decision reads as it did before it existed.
+            "groups": [{k: v for k, v in asdict(g).items() if v != ()} for g in self.groups],
+            "draft_layers": [asdict(d) for d in self.drafts],
+        }
+        if self.cudagraph is not None:
+            found["cudagraph"] = asdict(self.cudagraph)
+        return found
 
 
 @dataclass(frozen=True)
@@ -138,12 +185,29 @@ def mark_draft_layers(vllm_config: Any, target_layers: Iterable[str]) -> set[str
 # How a speculator forms the draft's attention groups, given the KV-cache config and the
 # runner's kernel block sizes: the flat list of its AttentionGroups, builders created.
 SpeculatorGroups = Callable[[Any, list[int]], list[Any]]
+# How a speculator decides the draft's CUDA-graph mode, given the runner's resolved mode and its
+# own attention groups: the mode it runs the draft under.
+SpeculatorGraphs = Callable[[Any, list[Any]], Any]
 
 
-def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> SpeculatorGroups:
+@dataclass(frozen=True)
+class Speculator:
+    """The draft side of the start-up: its attention groups and its CUDA-graph decision."""
+
+    groups: SpeculatorGroups
+    cudagraph_mode: SpeculatorGraphs
+    # The config its builders are created under and read their CUDA-graph support from (None: the
+    # engine's, as Model Runner V1's proposer uses it).
+    attn_config: Any = None
+
+
+def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> Speculator:
     """Model Runner V2's speculator (``DraftModelSpeculator.set_attn``): ``init_attn_backend``
     over the draft layers alone, under the config its builders get (``attn_vllm_config``); it
-    computes kernel block sizes of its own and never sees the runner's."""
+    computes kernel block sizes of its own and never sees the runner's. Its CUDA-graph mode is
+    ``DFlashSpeculator.init_cudagraph_manager``'s (DFlash2 and DSpark inherit it): FULL decode
+    graphs where the runner's decode mode is FULL and every draft builder supports uniform
+    batches, else eager."""
 
     def groups(kv_cache_config: Any, runner_blocks: list[int]) -> list[Any]:
         from vllm.v1.worker.gpu.attn_utils import init_attn_backend
@@ -151,18 +215,53 @@ def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> Spe
         per_group, _, _ = init_attn_backend(kv_cache_config, draft_config, device, active_layer_names=draft_layers)
         return [g for gs in per_group for g in gs]
 
-    return groups
+    def cudagraph_mode(runner_mode: Any, draft_groups: list[Any]) -> Any:
+        import types
+        from unittest import mock
+
+        import vllm.v1.worker.gpu.spec_decode.dflash.speculator as dflash
+        from vllm.v1.worker.gpu.attn_utils import get_attn_cg_support
+
+        # The speculator's own method, run on the state it reads (set_attn's attn_cg_support over
+        # the draft's groups, under attn_vllm_config); the graph manager it then constructs takes
+        # a CUDA graph pool, so a stand-in receives the mode instead.
+        speculative = draft_config.speculative_config
+        state = types.SimpleNamespace(
+            attn_cg_support=get_attn_cg_support([draft_groups], draft_config),
+            _speculator_name="DFlash",
+            vllm_config=draft_config,
+            device=device,
+            num_query_per_req=1 + int(speculative.num_speculative_tokens),
+        )
+        with mock.patch.object(dflash, "DFlashCudaGraphManager", _ModeRecorder):
+            dflash.DFlashSpeculator.init_cudagraph_manager(state, runner_mode)
+        return state.query_cudagraph_manager.cudagraph_mode
+
+    return Speculator(groups, cudagraph_mode, draft_config)
 
 
-def v1_proposer(proposer: Any) -> SpeculatorGroups:
+class _ModeRecorder:
+    """Stands in for the speculator's CUDA-graph manager: keeps the mode it is created with."""
+
+    def __init__(self, vllm_config: Any, device: Any, cudagraph_mode: Any, **_: Any) -> None:
+        self.cudagraph_mode = cudagraph_mode
+
+
+def v1_proposer(proposer: Any) -> Speculator:
     """Model Runner V1's proposer (``initialize_attn_backend``, called from the runner's
-    ``initialize_metadata_builders`` with the runner's kernel block sizes)."""
+    ``initialize_metadata_builders`` with the runner's kernel block sizes; its CUDA-graph mode
+    from ``initialize_cudagraph_keys``, which the runner calls with its resolved mode: piecewise
+    where the runner's mixed mode captures, else eager)."""
 
     def groups(kv_cache_config: Any, runner_blocks: list[int]) -> list[Any]:
         proposer.initialize_attn_backend(kv_cache_config, runner_blocks)
         return list(proposer.draft_attn_groups)
 
-    return groups
+    def cudagraph_mode(runner_mode: Any, draft_groups: list[Any]) -> Any:
+        proposer.initialize_cudagraph_keys(runner_mode)
+        return proposer.cudagraph_dispatcher.cudagraph_mode
+
+    return Speculator(groups, cudagraph_mode)
 
 
 # The parameters this module passes, per function of ``vllm.v1.worker.gpu.attn_utils``: a
@@ -223,6 +322,23 @@ class BoundCache:
     num_blocks: int
 
 
+def graph_inputs(vllm_config: Any, target: Any, loader: str) -> GraphInputs:
+    """The runner's CUDA-graph inputs for a cell's engine with the loaded ``target``: Model Runner
+    V2 offers piecewise capture where the target has a compiled submodule or breakable graphs are
+    on (``initialize_kv_cache``); V1 does not ask (the method's default, True)."""
+    import vllm.envs as envs
+
+    query_len = 1 + int(vllm_config.speculative_config.num_speculative_tokens)
+    if loader == "v1":
+        return GraphInputs(query_len, use_v2_model_runner=False, piecewise_capture_available=True)
+    try:
+        from vllm.v1.worker.gpu.cudagraph_utils import has_compiled_submodule
+    except ImportError:  # a release that does not ask (it takes no piecewise_capture_available)
+        return GraphInputs(query_len, use_v2_model_runner=True, piecewise_capture_available=True)
+    breakable = bool(getattr(envs, "VLLM_USE_BREAKABLE_CUDAGRAPH", False))
+    return GraphInputs(query_len, True, breakable or has_compiled_submodule(target))
+
+
 def budget_bytes(vllm_config: Any, blocks: int) -> int:
     """A KV-cache budget for a kernel lane: ``blocks`` blocks of the settled block size for every
     layer (a hybrid layout's planner gives each tensor more, its groups sharing them), and one
@@ -259,21 +375,23 @@ def lay_out(
     vllm_config: Any,
     draft_layers: set[str],
     device: Any,
-    speculator: SpeculatorGroups,
+    speculator: Speculator,
     budget: int = KV_CACHE_BUDGET_BYTES,
+    graphs: GraphInputs | None = None,
 ) -> KvCacheLayout:
-    """Steps 1-3 of the module docstring. The caller holds ``set_current_vllm_config(vllm_config)``
-    and has settled the block size and layout (``harness.attention.draft.settle_kv_cache``, over
-    every layer)."""
-    return bind(vllm_config, draft_layers, device, speculator, budget)[0]
+    """Steps 1-4 of the module docstring (3 where ``graphs`` is given). The caller holds
+    ``set_current_vllm_config(vllm_config)`` and has settled the block size and layout
+    (``harness.attention.draft.settle_kv_cache``, over every layer)."""
+    return bind(vllm_config, draft_layers, device, speculator, budget, graphs)[0]
 
 
 def bind(
     vllm_config: Any,
     draft_layers: set[str],
     device: Any,
-    speculator: SpeculatorGroups,
+    speculator: Speculator,
     budget: int = KV_CACHE_BUDGET_BYTES,
+    graphs: GraphInputs | None = None,
 ) -> tuple[KvCacheLayout, dict[str, BoundCache]]:
     """``lay_out``, and for each draft layer what a kernel lane runs it against (``BoundCache``)."""
     from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec, init_attn_backend, init_kv_cache
@@ -282,11 +400,21 @@ def bind(
     # The engine core records the pool's size before the workers build their metadata builders
     # (EngineCore._initialize_kv_caches); FlexAttention's builder sizes its block masks from it.
     vllm_config.cache_config.num_gpu_blocks = kv_cache_config.num_blocks
-    runner_groups, _, runner_blocks = init_attn_backend(
+    runner_groups, runner_support, runner_blocks = init_attn_backend(
         kv_cache_config, vllm_config, device, draft_layer_names=draft_layers
     )
     runner = [g for gs in runner_groups for g in gs]
-    drafts = speculator(kv_cache_config, runner_blocks)
+    decision = None
+    if graphs is not None:
+        requested = vllm_config.compilation_config.cudagraph_mode
+        runner_mode = _resolve_runner_mode(vllm_config, kv_cache_config, runner_support, graphs)
+    # The speculator's builders are created after the runner resolved the mode, under it (its
+    # attn_vllm_config shares the engine's compilation config), as set_attn follows the decision.
+    drafts = speculator.groups(kv_cache_config, runner_blocks)
+    draft_config = vllm_config if speculator.attn_config is None else speculator.attn_config
+    if graphs is not None:
+        draft_mode = speculator.cudagraph_mode(runner_mode, drafts)
+        decision = CudaGraphDecision(_mode_name(requested), _mode_name(runner_mode), _mode_name(draft_mode))
     init_kv_cache(
         vllm_config.compilation_config.static_forward_context,
         kv_cache_config,
@@ -305,10 +433,13 @@ def bind(
                 layers=tuple(group.layer_names),
                 runner_kernel_block=int(runner_blocks[gid]),
                 speculator_kernel_block=next((_builder_block(g) for g in drafts if g.kv_cache_group_id == gid), None),
+                runner_cudagraph_support=_supports(vllm_config, runner, gid) if graphs else (),
+                speculator_cudagraph_support=_supports(draft_config, drafts, gid) if graphs else (),
             )
             for gid, group in enumerate(kv_cache_config.kv_cache_groups)
         ),
         drafts=tuple(_binding(name, runner, drafts, layers[name].kv_cache) for name in sorted(draft_layers)),
+        cudagraph=decision,
     )
     bound = {}
     for name in draft_layers:
@@ -321,6 +452,47 @@ def bind(
             num_blocks=int(kv_cache_config.num_blocks),
         )
     return layout, bound
+
+
+def _resolve_runner_mode(vllm_config: Any, kv_cache_config: Any, support: Any, graphs: GraphInputs) -> Any:
+    """The runner's CUDA-graph decision: Model Runner V2's ``initialize_kv_cache`` and V1's
+    ``_check_and_update_cudagraph_mode`` both hand the weakest builder support to
+    ``CompilationConfig.resolve_cudagraph_mode_and_sizes``, which downgrades the mode (a
+    warning), writes it back to the compilation config, or raises where no mode serves the
+    builders. V2 first narrows the support by its model state's extra groups (none for a
+    decoder-only target: ALWAYS) and, with adaptive verification on, the mode; neither applies
+    to these cells. A parameter this release's method lacks is not passed."""
+    import inspect
+
+    compilation = vllm_config.compilation_config
+    optional = {
+        "use_v2_model_runner": graphs.use_v2_model_runner,
+        "kv_cache_config": kv_cache_config,
+        "max_num_reqs": vllm_config.scheduler_config.max_num_seqs,
+        "is_profiling": False,
+        "piecewise_capture_available": graphs.piecewise_capture_available,
+    }
+    taken = inspect.signature(compilation.resolve_cudagraph_mode_and_sizes).parameters
+    return compilation.resolve_cudagraph_mode_and_sizes(
+        support.min_cg_support,
+        support.min_cg_attn_backend,
+        graphs.decode_query_len,
+        **{name: value for name, value in optional.items() if name in taken},
+    )
+
+
+def _supports(vllm_config: Any, attn_groups: list[Any], gid: int) -> tuple[str, ...]:
+    """Each attention group's builder's CUDA-graph support in KV-cache group ``gid``, as
+    ``get_attn_cg_support`` reads it (the builder, the engine's config, the group's spec)."""
+    return tuple(
+        f"{g.backend.get_name()}: {g.get_metadata_builder(0).get_cudagraph_support(vllm_config, g.kv_cache_spec).name}"
+        for g in attn_groups
+        if g.kv_cache_group_id == gid
+    )
+
+
+def _mode_name(mode: Any) -> str:
+    return str(getattr(mode, "name", mode))
 
 
 def _spec_name(spec: Any, layers: Sequence[str]) -> str:

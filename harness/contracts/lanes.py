@@ -263,7 +263,6 @@ SELECTION = Contract(
     defaults={"flashinfer_cubin": False, "loader": "v2"},
     limits={
         "sliding_window": Limit((0,), "the selection lane builds no windowed draft"),
-        "cudagraph": Limit(("eager",), "needs a runnable engine; the selection lane builds none"),
     },
     conflicts=(
         Conflict(

@@ -19,11 +19,15 @@ CPU_BLOCK_SIZE = 32
 
 def selection_deployment(axes: Axes, target_backend: str | None = None) -> Deployment:
     """A selection cell's engine: config-only checkpoints (dummy weights) on device cpu (the
-    simulated CUDA platform would put the model on "cuda"), the target's dtype as --dtype, and the
-    lane's ``target_backend`` option where the cell leaves the target's attention to auto."""
+    simulated CUDA platform would put the model on "cuda"), the target's dtype as --dtype, the
+    lane's ``target_backend`` option where the cell leaves the target's attention to auto, and for
+    a graph cell the gpu lanes' FULL decode graphs sized for one request's decode step: the
+    metadata builders are created under that mode and the start-up decides CUDA-graph support
+    over them (nothing is captured: no kernel runs)."""
     base = EngineSettings(load_format="dummy", device="cpu", target_backend=target_backend)
     dtype = str(SELECTION.value(axes, "target_dtype"))
-    return Deployment(engine_settings(axes, base), requested_backend(axes), dtype)
+    graph_tokens = base.num_speculative_tokens + 1 if SELECTION.value(axes, "cudagraph") == "graph" else None
+    return Deployment(engine_settings(axes, base), requested_backend(axes), dtype, graph_tokens)
 
 
 def cpu_deployment(axes: Axes) -> Deployment:

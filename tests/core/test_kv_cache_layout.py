@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.attention.kv_cache import DraftBinding, GroupLayout, KvCacheLayout, disagreements
+from harness.attention.kv_cache import CudaGraphDecision, DraftBinding, GroupLayout, KvCacheLayout, disagreements
 
 pytestmark = pytest.mark.pure
 
@@ -41,3 +41,19 @@ def test_details_are_plain_data() -> None:
     details = _layout(64, 128, 64).details()
     assert details["groups"][0]["runner_kernel_block"] == 64
     assert details["draft_layers"][0]["view_shape"] == (24, 1, 64, 256)
+
+
+def test_a_layout_without_the_graph_decision_reads_as_before() -> None:
+    details = _layout(64, 64, 64).details()
+    assert "cudagraph" not in details
+    assert "runner_cudagraph_support" not in details["groups"][0]
+
+
+def test_the_graph_decision_is_in_the_details_per_group_and_as_modes() -> None:
+    group = GroupLayout(
+        0, "FullAttentionSpec", 16, (LAYER,), 16, 16, ("FLASHINFER: UNIFORM_BATCH",), ("FLASHINFER: NEVER",)
+    )
+    decision = CudaGraphDecision("FULL_DECODE_ONLY", "FULL_DECODE_ONLY", "NONE")
+    details = KvCacheLayout((group,), (), decision).details()
+    assert details["cudagraph"] == {"requested": "FULL_DECODE_ONLY", "runner": "FULL_DECODE_ONLY", "speculator": "NONE"}
+    assert details["groups"][0]["speculator_cudagraph_support"] == ("FLASHINFER: NEVER",)

@@ -113,3 +113,32 @@ def _install_runner_blocks() -> None:
         return groups, support, kernel_block_sizes
 
     attn_utils.init_attn_backend = planted
+
+
+# What the planted builder gate says (tests/selection_lane/test_startup_plant.py looks for it).
+TARGET_HEADS_GATE = "planted: TRITON_ATTN's metadata builder is sized for the target's"
+
+
+def triton_builder_reads_target_heads(lane: SelectionLane) -> None:
+    """Runner plant at the engine's start-up: TRITON_ATTN's metadata builder refuses a KV-cache
+    spec whose KV heads differ from the current model config's, the target's (as vLLM 0.33.0's
+    builder sizes its split-KV scratch from them: target-draft-seam.md, 2.5). Builders exist only
+    from the start-up on (init_attn_backend, V1's initialize_attn_backend), so it stops exactly the
+    cells whose draft layers run TRITON_ATTN behind a target with other KV heads, at stage startup."""
+    lane.after_install(_install_target_heads_gate)
+
+
+def _install_target_heads_gate() -> None:
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadataBuilder
+
+    init = TritonAttentionMetadataBuilder.__init__
+
+    @functools.wraps(init)
+    def planted(self: Any, kv_cache_spec: Any, layer_names: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, kv_cache_spec, layer_names, vllm_config, *args, **kwargs)
+        target = vllm_config.model_config.get_num_kv_heads(vllm_config.parallel_config)
+        if kv_cache_spec.num_kv_heads != target:
+            heads = kv_cache_spec.num_kv_heads
+            raise ValueError(f"{TARGET_HEADS_GATE} {target} KV heads; {layer_names[0]} has {heads}")
+
+    TritonAttentionMetadataBuilder.__init__ = planted

@@ -448,7 +448,7 @@ class ProcessState:
             if missing is None:
                 stage_log(Stage.STARTUP)
                 try:
-                    layout = self.lay_out_kv_cache(cell, loader, config, target_layers, loaded)
+                    layout = self.lay_out_kv_cache(cell, loader, config, target, target_layers, loaded)
                 except Exception as error:
                     # What the engine's start-up does with these layers: a refusal vLLM documents
                     # (no KV-cache layout every backend supports), an unexpected raise, or a
@@ -465,11 +465,12 @@ class ProcessState:
         )
 
     def lay_out_kv_cache(
-        self, cell: Cell, loader: str, config: Any, target_layers: tuple[str, ...], loaded: Any
+        self, cell: Cell, loader: str, config: Any, target: Any, target_layers: tuple[str, ...], loaded: Any
     ) -> KvCacheLayout:
         """The KV cache of the cell's target and draft as Model Runner V2 and its speculator lay
         it out (``harness.attention.kv_cache``), after the engine has settled the block size and
-        layout over every layer. Runs under the cell's config."""
+        layout over every layer, with the start-up's CUDA-graph decision between the runner's
+        builders and the speculator's. Runs under the cell's config."""
         from harness.attention.draft import draft_attention_config, settle_kv_cache
 
         device = self.apis.torch.device("cpu")
@@ -486,7 +487,8 @@ class ProcessState:
         settle_kv_cache(config, list(kv_cache.attention_layers(config).values()))
         # A pool sized from what the cell's target and draft need (kv_cache.pool_bytes): a fixed
         # 4 MiB was below one request with head-256 or fp32 pages, a refusal no 80 GiB GPU gives.
-        return kv_cache.lay_out(config, draft_layers, device, speculator, kv_cache.pool_bytes(config))
+        graphs = kv_cache.graph_inputs(config, target, loader)
+        return kv_cache.lay_out(config, draft_layers, device, speculator, kv_cache.pool_bytes(config), graphs)
 
     def engine_config(self, cell: Cell) -> Any:
         """A fresh VllmConfig per draft (``harness.attention.draft.engine_config``, as the cpu and

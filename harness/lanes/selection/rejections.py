@@ -42,13 +42,24 @@ _LAYOUT_PATH = (
     "v1/engine/core.py EngineCore._initialize_kv_caches -> WorkerBase.get_supported_kv_cache_layouts -> "
     "v1/attention/backends/utils.py get_supported_kv_cache_layouts"
 )
+# The runner's CUDA-graph decision refuses builders no graph mode serves (vLLM 0.33.0
+# config/compilation.py CompilationConfig.resolve_cudagraph_mode_and_sizes: "CUDAGraphMode.X is
+# not supported with B backend (support: NEVER); please try cudagraph_mode=PIECEWISE ..."), and
+# Model Runner V1 refuses capture sizes that no multiple of the decode query length fits
+# (adjust_cudagraph_sizes_for_spec_decode): configuration errors the engine raises at start-up.
+_GRAPH_REFUSALS = re.compile(r"CUDAGraphMode\.\w+ is not supported with|No valid cudagraph sizes after rounding")
+_GRAPH_PATH = (
+    "v1/worker/gpu/model_runner.py GPUModelRunner.initialize_kv_cache (V1: gpu_model_runner.py "
+    "_check_and_update_cudagraph_mode) -> config/compilation.py resolve_cudagraph_mode_and_sizes"
+)
 # Everything else the lane runs of the start-up (harness.attention.draft.settle_kv_cache, then
 # harness.attention.kv_cache.lay_out): the block size over every layer, the layout, the KV-cache
-# groups and config, Model Runner V2's init_attn_backend (each group's metadata builder) and
-# init_kv_cache.
+# groups and config, Model Runner V2's init_attn_backend (each group's metadata builder), the
+# runner's and the speculator's CUDA-graph decision and init_kv_cache.
 _STARTUP_PATH = (
     "platform.update_block_size_for_backend -> resolve_kv_cache_layout -> get_kv_cache_configs -> "
-    "v1/worker/gpu/attn_utils.py init_attn_backend (metadata builders) -> init_kv_cache"
+    "v1/worker/gpu/attn_utils.py init_attn_backend (metadata builders) -> resolve_cudagraph_mode_and_sizes -> "
+    "speculator set_attn, init_cudagraph_manager -> init_kv_cache"
 )
 
 
@@ -71,6 +82,8 @@ def startup_stop(error: BaseException) -> StartupStop:
     text = one_line(error, 600)
     if NO_COMMON_LAYOUT in str(error):
         return StartupStop("refusal", _LAYOUT_PATH, type(error).__name__, text)
+    if isinstance(error, ValueError) and _GRAPH_REFUSALS.search(str(error)):
+        return StartupStop("refusal", _GRAPH_PATH, type(error).__name__, text)
     if NO_DRIVER in str(error):
         return StartupStop("host-limit", _STARTUP_PATH, type(error).__name__, host_limit(error)[len(HOST_LIMIT) :])
     return StartupStop("crash", _STARTUP_PATH, type(error).__name__, text)
