@@ -45,6 +45,12 @@ TARGET_DTYPES = ("bfloat16", "float16", "float32")
 # Llama-3.2-1B (32 heads, 8 KV heads, head_dim 64), gemma3 = Gemma-3-4B (8 heads, 4 KV heads,
 # head_dim 256). harness/attention/checkpoint.py TARGET_HEADS has the dimensions.
 TARGET_HEADS = ("qwen3", "llama3_2", "gemma3")
+# The draft's own query heads / KV heads, independent of the target's (issue 38): 2/1 = the
+# selection lane's checkpoints (GQA 2, as its qwen3 target), 4/4 = an MHA draft, 8/2 = GQA 4.
+# vLLM has rules that read one model's heads (the current config's, the target's) and apply
+# them to every layer (docs/explanation/target-draft-seam.md, 2.10), and impls that take only
+# some GQA ratios (HPC_ATTN: 4 or 8).
+DRAFT_HEADS = ("2/1", "4/4", "8/2")
 # short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
 CONTEXTS = ("short", "long")
 # The tokens of context per request for context = "long" (why these: harness/attention/cell.py).
@@ -183,6 +189,13 @@ AXES: tuple[Axis, ...] = (
         _head_size,
         lambda v: None if v == 128 else f"hd{v}",
         default=128,
+    ),
+    _choice(
+        "draft_heads",
+        "the draft's own query heads / KV heads (num_attention_heads / num_key_value_heads)",
+        DRAFT_HEADS,
+        "2/1",
+        lambda v: f"dheads.{v.replace('/', 'x')}",
     ),
     Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),
     _choice(

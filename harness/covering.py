@@ -16,6 +16,11 @@ expansions of one matrix file give the same rows in the same order.
 
 A pair every completion of which some exclusion removes is *excluded*, reported, never covered.
 
+``later`` axes are covered after everything above is fixed: every earlier row holds each of them
+at its default, and only then are rows added until every pair of a later axis's value with any
+other axis's value appears in some row, the ``present`` rows (a matrix's [[product]] rows)
+counted too. Adding a later axis therefore renames no existing cell: it only adds rows.
+
 ``silent(row)`` names rows that stay cells but cover nothing (issue 35): a cell whose target vLLM
 refuses stops before vLLM answers anything about the draft, so a tuple it holds is not tested
 there. Such a row counts toward no pair or triple, and no extra row is built that is one; a tuple
@@ -65,6 +70,8 @@ def cover(
     excluded: Excluded,
     triples: tuple[str, ...] = (),
     silent: Excluded = lambda row: False,
+    later: Factors = (),
+    present: Sequence[Mapping[str, AxisValue]] = (),
 ) -> Covering:
     """``product`` axes in full, ``covered`` axes pairwise; ``defaults`` gives each covered axis
     the value base rows carry (it must be one of its values); ``excluded(partial)`` is True
@@ -136,12 +143,60 @@ def cover(
         return tuple((names[a], values[a][i]) for a, i in interaction)
 
     pairs = tuple(named(p) for p in sorted(impossible) if len(p) == 2)
-    return Covering(
+    earlier = Covering(
         tuple(base),
         tuple(extra),
         pairs,
         tuple(named(t) for t in sorted(impossible) if len(t) == 3),
     )
+    if not later:
+        return earlier
+    return _cover_later(earlier, factors, later, defaults, excluded, silent, present)
+
+
+def _cover_later(
+    earlier: Covering,
+    factors: Factors,
+    later: Factors,
+    defaults: Mapping[str, AxisValue],
+    excluded: Excluded,
+    silent: Excluded,
+    present: Sequence[Mapping[str, AxisValue]],
+) -> Covering:
+    """``earlier``'s rows with every later axis at its default, then rows that cover each pair of a
+    later axis's value with another axis's value that no earlier or ``present`` row holds."""
+    held = {name: defaults[name] for name, _ in later}
+    base = tuple(row | held for row in earlier.base)
+    extra = [row | held for row in earlier.extra]
+    every = factors + later
+    names = [name for name, _ in every]
+    values = [vals for _, vals in every]
+    late = set(range(len(factors), len(every)))
+    axis_pairs = [(a, b) for a, b in itertools.combinations(range(len(every)), 2) if a in late or b in late]
+    uncovered: set[Interaction] = {
+        ((a, i), (b, j)) for a, b in axis_pairs for i in range(len(values[a])) for j in range(len(values[b]))
+    }
+    for row in (*base, *extra, *present):
+        if silent(row) or any(row.get(name) not in vals for name, vals in every):
+            continue
+        indices = [values[a].index(row[names[a]]) for a in range(len(every))]
+        uncovered -= {((a, indices[a]), (b, indices[b])) for a, b in axis_pairs}
+
+    def refused(partial: Mapping[str, AxisValue]) -> bool:
+        return excluded(partial) or silent(partial)
+
+    impossible: list[Interaction] = []
+    while uncovered:
+        seed = min(uncovered)
+        chosen = _complete(seed, values, names, uncovered, refused, frozenset())
+        if chosen is None:
+            uncovered.discard(seed)
+            impossible.append(seed)
+            continue
+        extra.append({names[a]: values[a][chosen[a]] for a in range(len(every))})
+        uncovered -= _pairs_of(chosen)
+    pairs = tuple(tuple((names[a], values[a][i]) for a, i in pair) for pair in sorted(impossible))
+    return Covering(base, tuple(extra), earlier.excluded_pairs + pairs, earlier.excluded_triples)
 
 
 def _pairs_of(indices: Sequence[int]) -> set[Interaction]:

@@ -17,6 +17,9 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     [cover]             # optional: axes covered pairwise rather than in full (harness/covering.py)
     method = ["dflash", "dflash2", "dspark"]
 
+    [cover_later]       # optional: covered pairwise after every other row is fixed, [[product]] rows
+    draft_heads = ["2/1", "4/4"]  # counted too, so adding one renames no existing cell
+
     [triples]           # optional: every value triple of any three of these axes (one covered) appears
     axes = ["capability", "backend", "method"]
 
@@ -62,7 +65,18 @@ from harness.tomlfile import array_of_tables, only_keys, read_toml
 
 DEFAULT_TIMEOUT_S = 300.0
 _MATRIX_KEYS = ("name", "lane", "expectations", "timeout_s", "description")
-_TOP_KEYS = ("matrix", "axes", "cover", "triples", "product", "exclude", "stops_before_draft", "tolerance", "options")
+_TOP_KEYS = (
+    "matrix",
+    "axes",
+    "cover",
+    "cover_later",
+    "triples",
+    "product",
+    "exclude",
+    "stops_before_draft",
+    "tolerance",
+    "options",
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +117,9 @@ class Matrix:
     exclusions: tuple[tuple[tuple[str, tuple[AxisValue, ...]], ...], ...] = ()
     # Axes covered pairwise on top of the full product of ``axes`` (see harness/covering.py).
     cover: tuple[tuple[str, tuple[AxisValue, ...]], ...] = ()
+    # Those of ``cover`` read from [cover_later]: covered after every other row is fixed, held at
+    # their defaults in those rows, so adding one only adds cells (harness/covering.py, ``later``).
+    cover_later: tuple[str, ...] = ()
     # Axes covered to strength 3: every value triple of any three of them, one covered, is in a cell.
     triples: tuple[str, ...] = ()
     # Further full products ([[product]]): where a few axes must be crossed in full (every
@@ -167,13 +184,24 @@ def load_matrix(path: str | Path) -> Matrix:
         raise InputError(path, "matrix.expectations", "must be a path relative to the matrix file")
 
     axes = _read_axes(path, raw.get("axes"))
-    covered = _read_cover(path, raw.get("cover", {}), axes)
-    triples = _read_triples(path, raw.get("triples"), axes, covered)
+    early = _read_cover(path, raw.get("cover", {}), axes)
+    later = _read_cover(path, raw.get("cover_later", {}), axes + early, "cover_later")
+    covered = early + later
+    triples = _read_triples(path, raw.get("triples"), axes, early)
     products = tuple(
         _read_product(path, f"product[{i}]", block, axes + covered)
         for i, block in enumerate(array_of_tables(path, raw, "product"))
     )
-    matrix = Matrix(path=path, name=name, lane=lane, axes=axes, cover=covered, triples=triples, products=products)
+    matrix = Matrix(
+        path=path,
+        name=name,
+        lane=lane,
+        axes=axes,
+        cover=covered,
+        cover_later=tuple(name for name, _ in later),
+        triples=triples,
+        products=products,
+    )
     exclusions = tuple(
         read_selector(path, f"exclude[{i}]", rule, matrix.all_axes)
         for i, rule in enumerate(array_of_tables(path, raw, "exclude"))
@@ -206,7 +234,8 @@ def load_matrix(path: str | Path) -> Matrix:
 def covering(matrix: Matrix) -> Covering:
     """The matrix's rows: the full product of its axes, then the rows covering its [cover] axes."""
     stops = _selectors(matrix.stops_before_draft)
-    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, stops)
+    present = product_rows(matrix)
+    return _covering(matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, stops, matrix.cover_later, present)
 
 
 def _covering(
@@ -215,15 +244,19 @@ def _covering(
     triples: tuple[str, ...],
     exclusions: tuple[Selector, ...],
     silent: tuple[Selector, ...] = (),
+    later: tuple[str, ...] = (),
+    present: tuple[dict[str, AxisValue], ...] = (),
 ) -> Covering:
     defaults = {name: AXES_BY_NAME[name].default for name, _ in covered}
     return cover(
         axes,
-        covered,
+        tuple((name, values) for name, values in covered if name not in later),
         {name: value for name, value in defaults.items() if value is not None},
         lambda partial: any(selector_matches(rule, partial) for rule in exclusions),
         triples,
         lambda row: any(selector_matches(rule, row) for rule in silent),
+        tuple((name, values) for name, values in covered if name in later),
+        present,
     )
 
 
@@ -282,6 +315,7 @@ def expand(matrix: Matrix) -> tuple[Cell, ...]:
         matrix.lane,
         matrix.axes,
         matrix.cover,
+        matrix.cover_later,
         matrix.triples,
         matrix.products,
         matrix.exclusions,
@@ -299,6 +333,7 @@ def _cells(
     lane: str,
     axes: Factors,
     covered: Factors,
+    later: tuple[str, ...],
     triples: tuple[str, ...],
     products: tuple[Factors, ...],
     exclusions: tuple[Selector, ...],
@@ -311,8 +346,9 @@ def _cells(
     findings expand it again, the same file under other paths included (cells are frozen)."""
     cells: list[Cell] = []
     seen: dict[str, dict[str, AxisValue]] = {}
-    rows = _covering(axes, covered, triples, exclusions, silent).rows
-    for index, values in enumerate(rows + _product_rows(axes, covered, products, exclusions)):
+    present = _product_rows(axes, covered, products, exclusions)
+    rows = _covering(axes, covered, triples, exclusions, silent, later, present).rows
+    for index, values in enumerate(rows + present):
         ident = cell_id(values)
         if index >= len(rows) and seen.get(ident) == values:
             continue  # a [[product]] row the covering (or another block) already has
@@ -413,29 +449,30 @@ def _read_triples(
 
 
 def _read_cover(
-    path: Path, raw: object, axes: tuple[tuple[str, tuple[AxisValue, ...]], ...]
+    path: Path, raw: object, axes: tuple[tuple[str, tuple[AxisValue, ...]], ...], table: str = "cover"
 ) -> tuple[tuple[str, tuple[AxisValue, ...]], ...]:
-    """[cover] axes: each must have a default (the value the product's cells carry, which adds
-    no id token) and list it, so the product's cell ids are those of a matrix without [cover]."""
+    """[cover] (or [cover_later]) axes: each must have a default (the value the product's cells carry,
+    which adds no id token) and list it, so the product's cell ids are those of a matrix without them."""
     if not isinstance(raw, dict):
-        raise InputError(path, "cover", "must be a table of axis = [values]")
+        raise InputError(path, table, "must be a table of axis = [values]")
     coverable = tuple(axis.name for axis in AXES_BY_NAME.values() if axis.default is not None)
     product = dict(axes)
     covered = []
     for name, values in raw.items():
         if name in product:
-            raise InputError(path, f"cover.{name}", "already an axis of the full product under [axes]")
+            where = "an axis of the full product under [axes]" if table == "cover" else "under [axes] or [cover]"
+            raise InputError(path, f"{table}.{name}", f"already {where}")
         if name not in coverable:
-            raise InputError(path, f"cover.{name}", "cannot be covered (no default value)", coverable)
+            raise InputError(path, f"{table}.{name}", "cannot be covered (no default value)", coverable)
         if not isinstance(values, list) or not values:
-            raise InputError(path, f"cover.{name}", "a covered axis needs a non-empty list of values")
-        checked = tuple(_check_value(path, f"cover.{name}", name, v) for v in values)
+            raise InputError(path, f"{table}.{name}", "a covered axis needs a non-empty list of values")
+        checked = tuple(_check_value(path, f"{table}.{name}", name, v) for v in values)
         if len(set(checked)) != len(checked):
-            raise InputError(path, f"cover.{name}", "lists a value twice")
+            raise InputError(path, f"{table}.{name}", "lists a value twice")
         default = AXES_BY_NAME[name].default
         if default not in checked:
             raise InputError(
-                path, f"cover.{name}", f"must list its default {default!r}, which the product's cells carry"
+                path, f"{table}.{name}", f"must list its default {default!r}, which the product's cells carry"
             )
         covered.append((name, checked))
     return tuple(covered)

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 # The settings audited, in the order a difference is reported: each with why it matters.
 SETTINGS: Mapping[str, str] = {
     "head_size": "the kernels' head dimension (the draft's head_dim)",
-    "num_kv_heads": "the draft's GQA layout",
+    "num_heads": "the draft's query heads (its num_attention_heads, not the target's)",
+    "num_kv_heads": "the draft's KV heads (its num_key_value_heads: with num_heads, its GQA layout)",
     "sliding_window": "the layer's window; None = full attention (a target's model-level window must not reach it)",
     "kv_cache_spec_window": "the window of the KV-cache spec the layer reports (decides its KV-cache group)",
     "sinks": "whether the layer carries attention-sink logits",
@@ -120,6 +121,7 @@ def asked(truth: DraftTruth, requested: Requested) -> tuple[dict[str, Any], ...]
     return tuple(
         {
             "head_size": shape.head_dim,
+            "num_heads": shape.heads,
             "num_kv_heads": shape.kv_heads,
             "sliding_window": truth.layer_window(index) or None,
             "kv_cache_spec_window": truth.layer_window(index) or None,
@@ -144,6 +146,7 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
     settings: dict[str, Any] = {}
     for name, attribute in (
         ("head_size", "head_size"),
+        ("num_heads", "num_heads"),
         ("num_kv_heads", "num_kv_heads"),
         ("sliding_window", "sliding_window"),
         ("dtype", "dtype"),

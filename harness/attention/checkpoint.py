@@ -165,7 +165,9 @@ def write_draft(
             tensors[f"layers.{layer}.self_attn.k_scale"] = k_scale
             tensors[f"layers.{layer}.self_attn.v_scale"] = v_scale
             kv_scales.append((float(k_scale.float()), float(v_scale.float())))
-    path = root / f"{spec.dirname}-hd{shape.head_dim}"
+    # The head geometry names the folder: two drafts of one spec with other heads (the draft_heads
+    # axis) in one process must not overwrite each other's config.
+    path = root / f"{spec.dirname}-hd{shape.head_dim}-q{shape.heads}kv{shape.kv_heads}"
     _write(path, config, tensors if weights else None)
     return DraftTruth(
         path=path,

@@ -39,7 +39,7 @@ from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.deployment.arguments import Deployment, engine_arguments
 from harness.deployment.cells import cpu_deployment, cpu_target_settings, gpu_deployment, selection_deployment
 from harness.deployment.models import SELECTION_SHAPE, V2_LOADERS, DraftTruth, config_only_target, draft_config
-from harness.deployment.settings import EngineSettings, context_lens, draft_spec
+from harness.deployment.settings import EngineSettings, context_lens, draft_shape, draft_spec
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import Finding, FindingKind
@@ -153,8 +153,8 @@ def _selection_payload(axes: dict[str, Any], head_dim: int, target_backend: str 
     selector inputs, the loader, and what each draft layer asks for (``harness.attention.audit``)."""
     deployment = selection_deployment(axes, target_backend)
     shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
-    spec, head_size = draft_spec(axes)
-    draft_shape = dataclasses.replace(shape, head_dim=head_size or head_dim)
+    spec, _ = draft_spec(axes)
+    draft = draft_shape(axes, shape)
     settings = deployment.settings
     requested = audit.Requested(settings.draft_kv_cache_dtype, settings.kv_cache_dtype, deployment.dtype)
     target = config_only_target(
@@ -162,8 +162,8 @@ def _selection_payload(axes: dict[str, Any], head_dim: int, target_backend: str 
     )
     return {
         "target_config": target,
-        "draft_config": draft_config(spec, draft_shape),
-        "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft_shape, None), requested)),
+        "draft_config": draft_config(spec, draft),
+        "asked": list(audit.asked(DraftTruth(Path("draft"), spec, draft, None), requested)),
         "settings": list(audit.SETTINGS),
         **_engines(deployment),
         "requested": deployment.requested,
@@ -171,7 +171,7 @@ def _selection_payload(axes: dict[str, Any], head_dim: int, target_backend: str 
         "flashinfer_cubin": bool(SELECTION.value(axes, "flashinfer_cubin")),
         # The selector's inputs, as the lane asks them (the draft's layers in the target's dtype).
         "selector": {
-            "head_size": draft_shape.head_dim,
+            "head_size": draft.head_dim,
             "dtype": deployment.dtype,
             "kv_cache_dtype": requested.kv_cache_dtype,
             "block_size": None,

@@ -248,6 +248,7 @@ SELECTION = Contract(
         "sink",
         "sliding_window",
         "head_size",
+        "draft_heads",
         "kv_cache_dtype",
         "draft_kv_cache_dtype",
         "target_attention",

@@ -134,6 +134,13 @@ class DraftTruth:
 SELECTION_SHAPE = ModelShape(hidden=256, heads=2, kv_heads=1, intermediate=512, target_layers=4, draft_layers=1)
 
 
+def with_draft_heads(shape: ModelShape, heads: str) -> ModelShape:
+    """``shape`` with the draft's own query heads / KV heads ``heads`` ("Q/KV", harness.axes.DRAFT_HEADS):
+    they reach the draft checkpoint's num_attention_heads and num_key_value_heads, nothing of the target."""
+    query, kv = (int(part) for part in heads.split("/"))
+    return dataclasses.replace(shape, heads=query, kv_heads=kv)
+
+
 def dimensions(shape: ModelShape) -> dict[str, object]:
     """The config fields a target of ``shape`` has in every family (HF names)."""
     return {

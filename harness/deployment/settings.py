@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.axes import BLOCK_SIZE_UNSET, DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX, AxisValue
-from harness.deployment.models import DraftSpec
+from harness.deployment.models import DraftSpec, ModelShape, with_draft_heads
 
 Axes = Mapping[str, AxisValue]
 
@@ -105,6 +105,17 @@ def draft_spec(axes: Axes) -> tuple[DraftSpec, int | None]:
     )
     head_size = axes.get("head_size")
     return spec, None if head_size is None else int(head_size)
+
+
+def draft_shape(axes: Axes, base: ModelShape) -> ModelShape:
+    """The dimensions of the draft a cell asks for: the lane's ``base`` with the cell's head size
+    and its own query / KV heads (``draft_heads``) where it sets them."""
+    shape = base
+    if (head_size := axes.get("head_size")) is not None:
+        shape = dataclasses.replace(shape, head_dim=int(head_size))
+    if (heads := axes.get("draft_heads")) is not None:
+        shape = with_draft_heads(shape, str(heads))
+    return shape
 
 
 def requested_backend(axes: Axes) -> str | None:

@@ -26,6 +26,7 @@ def test_the_ask_comes_from_what_the_harness_wrote() -> None:
     assert windowed[0]["kv_cache_spec_window"] == 16
     assert windowed[0] | {} == {
         "head_size": 64,
+        "num_heads": 4,
         "num_kv_heads": 2,
         "sliding_window": 16,
         "kv_cache_spec_window": 16,

@@ -177,6 +177,52 @@ def test_triples_only_add_rows_after_the_pairwise_ones(tmp_path: Path) -> None:
     assert len(plain) + 40 <= len(more) < len(plain) + 160
 
 
+LATER = """
+[cover_later]
+draft_heads = ["2/1", "4/4", "8/2"]
+"""
+
+HEADS_PRODUCT = """
+[[product]]
+capability = ["8.0", "9.0", "10.0", "12.0"]
+backend = ["FLASH_ATTN", "FLASHINFER", "TRITON_ATTN", "FLEX_ATTENTION", "auto"]
+causal = [false]
+sink = [false]
+loader = ["v2"]
+draft_heads = ["4/4", "8/2"]
+"""
+
+
+def test_a_later_axis_renames_no_cell_and_meets_every_other_value(tmp_path: Path) -> None:
+    before = [(c.id, c.values) for c in expand(matrix_from(tmp_path, BIG_PRODUCT + SEAM))]
+    matrix = matrix_from(tmp_path, BIG_PRODUCT + SEAM + LATER)
+    after = expand(matrix)
+    # Every earlier row is there, in order, with the later axis at its default (which adds no id token).
+    assert [(c.id, {k: v for k, v in c.values.items() if k != "draft_heads"}) for c in after[: len(before)]] == before
+    assert {c.values["draft_heads"] for c in after[: len(before)]} == {"2/1"}
+    rows = [c.values for c in after]
+    for name, values in matrix.all_axes:
+        if name != "draft_heads":
+            wanted = {(heads, value) for heads in ("2/1", "4/4", "8/2") for value in values}
+            assert wanted <= pairs_present(rows, "draft_heads", name), name
+    # Pairwise, not a product: the five backends with two later values need 10 rows at least.
+    assert 10 <= len(after) - len(before) < 20
+
+
+def test_product_rows_count_toward_a_later_axis(tmp_path: Path) -> None:
+    before = [c.id for c in expand(matrix_from(tmp_path, BIG_PRODUCT + SEAM))]
+    with_product = matrix_from(tmp_path, BIG_PRODUCT + SEAM + LATER + HEADS_PRODUCT)
+    cells = expand(with_product)
+    # The product's 40 rows hold every (capability, backend) pair of the later values: the covering
+    # adds only what they miss (causal, sink, v1 and the seam axes), and the earlier rows stay.
+    assert [c.id for c in cells[: len(before)]] == before
+    assert 0 < len(covering(with_product).rows) - len(before) < 10
+    rows = [c.values for c in cells]
+    for name, values in with_product.all_axes:
+        if name != "draft_heads":
+            assert {(h, v) for h in ("4/4", "8/2") for v in values} <= pairs_present(rows, "draft_heads", name)
+
+
 def test_a_triple_no_row_can_hold_is_reported_not_looped_on() -> None:
     result = cover(
         (("a", (0, 1)),),
@@ -204,9 +250,7 @@ def test_a_cell_that_stops_before_the_draft_covers_nothing(tmp_path: Path) -> No
     reaching = [c.values for c in expand(matrix) if not selector_matches(stops.when, c.values)]
     assert len(reaching) == len(expand(matrix))  # the generator builds no row it cannot count
     feasible = {
-        t
-        for t in _feasible_triples(matrix)
-        if not ({("target_dtype", "float32"), ("kv_cache_dtype", "fp8")} <= set(t))
+        t for t in _feasible_triples(matrix) if not ({("target_dtype", "float32"), ("kv_cache_dtype", "fp8")} <= set(t))
     }
     for a, b, c in itertools.combinations(matrix.triples, 3):
         present = triples_present(reaching, a, b, c)
@@ -261,6 +305,9 @@ def test_a_matrix_without_cover_expands_as_before(tmp_path: Path) -> None:
         ('[cover]\nmethod = ["dflash"]\n[triples]\nstrength = 3', "triples.strength: unknown key"),
         ('[cover]\ntarget_dtype = ["bfloat16", "float8"]', "cover.target_dtype: 'float8' is not allowed"),
         ('[cover]\ntarget_head = ["qwen3", "llama"]', "cover.target_head: 'llama' is not allowed"),
+        ('[cover]\nmethod = ["dflash"]\n[cover_later]\nmethod = ["dflash"]', "cover_later.method: already under"),
+        ('[cover_later]\ndraft_heads = ["4/4"]', "cover_later.draft_heads: must list its default '2/1'"),
+        ('[cover_later]\ndraft_heads = ["2/1", "3/2"]', "cover_later.draft_heads: '3/2' is not allowed"),
     ],
 )
 def test_bad_cover_is_one_line_naming_the_key(tmp_path: Path, cover_text: str, fragment: str) -> None:

@@ -556,7 +556,9 @@ def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_dra
         monkeypatch.setitem(sys.modules, name, types.SimpleNamespace(__version__="stand-in"))
     namespace: dict[str, Any] = {"__name__": "repro"}
     exec(compile(script.read_text(), str(script), "exec"), namespace)
-    as_asked = {key: asked[key] for key in ("head_size", "num_kv_heads", "sliding_window", "sinks", "scale")}
+    as_asked = {
+        key: asked[key] for key in ("head_size", "num_heads", "num_kv_heads", "sliding_window", "sinks", "scale")
+    }
     layer = types.SimpleNamespace(
         **as_asked,
         kv_cache_dtype="auto",

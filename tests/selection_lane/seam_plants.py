@@ -142,3 +142,35 @@ def _install_target_heads_gate() -> None:
             raise ValueError(f"{TARGET_HEADS_GATE} {target} KV heads; {layer_names[0]} has {heads}")
 
     TritonAttentionMetadataBuilder.__init__ = planted
+
+
+def draft_takes_target_heads(lane: SelectionLane) -> None:
+    """Layer plant (issue 38): every attention layer takes its query and KV heads from the current
+    config's model, as builders and gates that read ``model_config.get_num_attention_heads`` /
+    ``get_num_kv_heads`` do (FlashInfer's kernel-block and query-length gates, FLEX_ATTENTION's
+    and 0.33.0 TRITON_ATTN's builders): a draft's loader builds it under the target's model
+    config, so a draft layer carries the target's heads exactly where they differ from its own."""
+    lane.after_install(_install_target_heads)
+
+
+def _install_target_heads() -> None:
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    init = Attention.__init__
+
+    @functools.wraps(init)
+    def planted(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        config = get_current_vllm_config()
+        heads = config.model_config.get_num_attention_heads(config.parallel_config)
+        kv_heads = config.model_config.get_num_kv_heads(config.parallel_config)
+        # The layer and its impl alike, so the layer stays self-consistent (its KV-cache spec and the
+        # group builders' per-layer head counts agree) and only the audit can tell.
+        for holder in (self, getattr(self, "impl", None)):
+            if holder is not None:
+                holder.num_heads, holder.num_kv_heads = heads, kv_heads
+                if hasattr(holder, "num_queries_per_kv"):
+                    holder.num_queries_per_kv = heads // kv_heads
+
+    Attention.__init__ = planted

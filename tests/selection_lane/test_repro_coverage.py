@@ -41,6 +41,8 @@ CELLS = {
         "sm120-auto-causal-sink-kv-fp8-dkv-fp8-tgtdt.fp32-tgthead.llama32-v2-cubin"
     ),
     "target backend, block size, loader v1": "sm100-TRITON_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128-v1-cubin",
+    # An MHA draft behind the GQA target: the script writes the draft's own heads and audits them.
+    "draft heads": "sm100-FLASHINFER-noncausal-nosink-dheads.4x4-v2-cubin",
 }
 # Its requested backend is what the planted fault drops: the lane's pass becomes wrong-backend.
 PLANTED_CELL = CELLS["dflash2"]

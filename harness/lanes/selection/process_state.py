@@ -21,8 +21,8 @@ from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.deployment.cells import selection_deployment
-from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth
-from harness.deployment.settings import draft_spec
+from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape
+from harness.deployment.settings import draft_shape, draft_spec
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
     NO_DRIVER,
@@ -46,7 +46,7 @@ class ConfigCheckpoints:
         self.shape = dataclasses.replace(SELECTION_SHAPE, head_dim=head_dim)
         self.target = write_target(root, self.shape, weights=False)
         self._targets: dict[str, Path] = {"qwen3-bfloat16-qwen3": self.target}
-        self._drafts: dict[tuple[DraftSpec, int], DraftTruth] = {}
+        self._drafts: dict[tuple[DraftSpec, ModelShape], DraftTruth] = {}
 
     def target_of(self, family: str, dtype: str = "bfloat16", head: str = "qwen3") -> Path:
         """The config-only target of a family, dtype and attention geometry (harness.axes
@@ -58,11 +58,11 @@ class ConfigCheckpoints:
             )
         return self._targets[key]
 
-    def draft(self, spec: DraftSpec, head_size: int) -> DraftTruth:
-        if (spec, head_size) not in self._drafts:
-            shape = dataclasses.replace(self.shape, head_dim=head_size)
-            self._drafts[spec, head_size] = write_draft(self.root, spec, shape, weights=False)
-        return self._drafts[spec, head_size]
+    def draft(self, spec: DraftSpec, shape: ModelShape) -> DraftTruth:
+        """The config-only draft of ``spec`` with dimensions ``shape`` (``settings.draft_shape``)."""
+        if (spec, shape) not in self._drafts:
+            self._drafts[spec, shape] = write_draft(self.root, spec, shape, weights=False)
+        return self._drafts[spec, shape]
 
 
 @dataclass(frozen=True)
@@ -288,8 +288,7 @@ class ProcessState:
         if unaudited := audit.unaudited(layers.settings):
             details["settings_not_audited"] = unaudited
         observed = layers.backends
-        spec, _ = draft_spec(cell.values)
-        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
+        wanted = audit.asked(self.draft_truth(cell), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if layers.startup is not None:
             return self.stopped_at_startup(layers.startup, answered, details)
@@ -346,6 +345,11 @@ class ProcessState:
             if name not in fields and value:
                 raise ApiUnavailable(f"this vLLM release's AttentionSelectorConfig has no {name} field")
         return self.apis.selector_config(**{name: value for name, value in wanted.items() if name in fields})
+
+    def draft_truth(self, cell: Cell) -> DraftTruth:
+        """The cell's draft checkpoint: its spec, head size and own heads on the lane's shape."""
+        spec, _ = draft_spec(cell.values)
+        return self.checkpoints.draft(spec, draft_shape(cell.values, self.checkpoints.shape))
 
     def head_size(self, cell: Cell) -> int:
         """The cell's head size; without the axis, the lane's head_dim option."""
@@ -480,8 +484,7 @@ class ProcessState:
             speculator = kv_cache.v1_proposer(loaded.proposer)
         else:
             draft_layers = kv_cache.mark_draft_layers(config, target_layers)
-            spec, _ = draft_spec(cell.values)
-            truth = self.checkpoints.draft(spec, self.head_size(cell))
+            truth = self.draft_truth(cell)
             attention = draft_attention_config(config, truth.any_non_causal)
             speculator = kv_cache.v2_speculator(attention, draft_layers, device)
         settle_kv_cache(config, list(kv_cache.attention_layers(config).values()))
@@ -495,8 +498,7 @@ class ProcessState:
         gpu lanes make theirs): layers register by name in the config they are built under, so a
         second draft in the same config fails with 'Duplicate layer name'. Dummy weights, on
         device cpu: the simulated CUDA platform would put the model on "cuda"."""
-        spec, _ = draft_spec(cell.values)
-        truth = self.checkpoints.draft(spec, self.head_size(cell))
+        truth = self.draft_truth(cell)
         deployment = selection_deployment(cell.values, self.options.target_backend)
         target = self.checkpoints.target_of(
             str(SELECTION.value(cell.values, "target_model")),
