@@ -142,7 +142,9 @@ def recording_builds() -> Iterator[list[DraftBuild]]:
         builds.append(DraftBuild(vllm_config, model_config, kwargs.get("load_config") or vllm_config.load_config))
         return original(*args, **kwargs)
 
-    holders = [m for m in list(sys.modules.values()) if getattr(m, "get_model", None) is original]
+    # The module's own dict, not getattr: a lazy module's __getattr__ would import what it guards (transformers'
+    # lazy modules import torchvision for an unknown name).
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "__dict__", {}).get("get_model") is original]
     for module in holders:
         module.get_model = recording  # type: ignore[attr-defined]
     try:
