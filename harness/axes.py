@@ -63,6 +63,34 @@ DRAFT_LAYER_KINDS = ("full_attention", "sliding_window")
 # "unset" leaves it to vLLM (not user-specified); a number is what a user passes. 64 is the
 # largest kernel block FlashInfer takes on SM80/SM90; 128 and 256 make vLLM split manager
 # blocks into kernel blocks (docs/explanation/target-draft-seam.md, 2.4).
+# A speculative_config option a DFlash/DSpark draft may set beyond method, model, backend and KV
+# dtype (issue 38): "none", or one option at a value other than vLLM's default. What each sets and
+# where the draft must carry it: harness/deployment/draft_options.py (DRAFT_OPTIONS, keyed by these).
+DRAFT_OPTION_TOKENS = (
+    "none",
+    "maxlen128",
+    "quantfp8",
+    "moetriton",
+    "eagerfalse",
+    "revision",
+    "coderevision",
+    "drafttp1",
+    "draftdcp1",
+    "loadconfig",
+    "dsparktopk4",
+    "lmheadfp8",
+    "nspec2",
+    "batchsched",
+    "nopad",
+    "localargmax",
+    "paralleldraft",
+    "probdraft",
+    "blockverify",
+    "adaptive",
+    "synthlen",
+    "synthrates",
+    "fly",
+)
 BLOCK_SIZE_UNSET = "unset"
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 
@@ -247,6 +275,13 @@ AXES: tuple[Axis, ...] = (
         lambda v: None if v == BLOCK_SIZE_UNSET else f"bs{v}",
         (BLOCK_SIZE_UNSET, *map(str, BLOCK_SIZES)),
         default=BLOCK_SIZE_UNSET,
+    ),
+    _choice(
+        "draft_option",
+        "a speculative_config option the draft sets (harness/deployment/draft_options.py), or none",
+        DRAFT_OPTION_TOKENS,
+        "none",
+        lambda v: f"opt.{v}",
     ),
     Axis("loader", "v1 = Model Runner V1 DFlashProposer, v2 = load_dflash_model", _one_of(LOADERS), str, LOADERS),
     _choice("cudagraph", "eager, or capture and replay in a CUDA graph", CUDAGRAPH_MODES, "eager"),

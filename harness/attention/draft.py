@@ -9,7 +9,11 @@ Device-agnostic: the lane passes the device and owns everything platform-specifi
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,13 +115,56 @@ def load_target(vllm_config: Any) -> nn.Module:
 
 
 @dataclass(frozen=True)
+class DraftBuild:
+    """What the loader handed vLLM's ``get_model`` for the draft: the VllmConfig it is built
+    under, its ModelConfig and the LoadConfig it is loaded with (the draft's effective config)."""
+
+    vllm_config: Any
+    model_config: Any
+    load_config: Any
+
+
+@dataclass(frozen=True)
 class LoadedDraft:
     """The draft model and the causal flag each layer's metadata gets from its runner; for
-    loader v1, the ``DFlashProposer`` that loaded it (its attention groups are its own)."""
+    loader v1, the ``DFlashProposer`` that loaded it (its attention groups are its own); and the
+    config the loader built it under (None where the loader never called ``get_model``)."""
 
     model: nn.Module
     causal: tuple[bool, ...]
     proposer: Any = None
+    build: DraftBuild | None = None
+
+
+@contextmanager
+def recording_builds() -> Iterator[list[DraftBuild]]:
+    """Record every ``get_model`` call vLLM makes while open. The loaders derive the draft's
+    config inside themselves and keep no reference to it (``load_dflash_model``'s
+    ``draft_vllm_config``, ``_create_draft_vllm_config``), so the call is the one place to read
+    it. Every module that imported ``get_model`` by name is pointed at the recorder (a loader
+    imports it at module level or at call time)."""
+    from vllm.model_executor import model_loader
+
+    original = model_loader.get_model
+    builds: list[DraftBuild] = []
+
+    @functools.wraps(original)
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        vllm_config = kwargs["vllm_config"]
+        model_config = kwargs.get("model_config") or vllm_config.model_config
+        builds.append(DraftBuild(vllm_config, model_config, kwargs.get("load_config") or vllm_config.load_config))
+        return original(*args, **kwargs)
+
+    # The module's own dict, not getattr: a lazy module's __getattr__ would import what it guards (transformers'
+    # lazy modules import torchvision for an unknown name).
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "__dict__", {}).get("get_model") is original]
+    for module in holders:
+        module.get_model = recording  # type: ignore[attr-defined]
+    try:
+        yield builds
+    finally:
+        for module in holders:
+            module.get_model = original  # type: ignore[attr-defined]
 
 
 class LoaderUnavailable(Exception):
@@ -156,18 +203,25 @@ def load_draft(
         dspark; ask ``v1_refusal`` first.
     """
     if loader == "v2":
-        model: nn.Module = _v2_loader(method)(target, vllm_config)
-        return LoadedDraft(model, vllm_apis().v2_draft_causal(model, vllm_config))
+        load = _v2_loader(method)
+        with recording_builds() as builds:
+            model: nn.Module = load(target, vllm_config)
+        return LoadedDraft(model, vllm_apis().v2_draft_causal(model, vllm_config), build=_last(builds))
     if loader == "v1":
         if method == "dspark":
             raise LoaderUnavailable("Model Runner V1 has no DSpark proposer")
         from vllm.v1.spec_decode.dflash import DFlashProposer
 
         proposer = DFlashProposer(vllm_config, device)
-        proposer.load_model(target)
+        with recording_builds() as builds:
+            proposer.load_model(target)
         layers = len(proposer.model.model.layers)
-        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers, proposer)
+        return LoadedDraft(proposer.model, (bool(proposer.dflash_causal),) * layers, proposer, _last(builds))
     raise ValueError(f"unknown loader {loader!r} (valid: {', '.join(LOADERS)})")
+
+
+def _last(builds: list[DraftBuild]) -> DraftBuild | None:
+    return builds[-1] if builds else None
 
 
 def attention_layers(draft: nn.Module) -> list[Any]:

@@ -256,6 +256,7 @@ SELECTION = Contract(
         "target_dtype",
         "target_head",
         "block_size",
+        "draft_option",
         "loader",
         "cudagraph",
         "flashinfer_cubin",

@@ -4,7 +4,8 @@ The lanes build ``EngineArgs(**engine_arguments(...))``; the finding pages print
 arguments as ``LLM(**...)``; ``repro`` writes them into its scripts as data. The speculative
 config is spelled as vLLM spells it at the releases the harness runs (0.24.0 on): the method
 vLLM serves a family member under (``SPECULATIVE_METHOD``), ``attention_backend`` for the draft's
-requested backend, ``kv_cache_dtype`` for the draft's own cache (absent where unset), and the
+requested backend, ``kv_cache_dtype`` for the draft's own cache (absent where unset), any other
+field the draft sets (``harness.deployment.draft_options``), and the
 target's attention as the attention config's ``backend`` or ``backend_per_kind``. A key a release
 does not know is that release's gap (``harness.attention.apis.config_gap``), not another spelling.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness.deployment.draft_options import speculative_fields
 from harness.deployment.settings import EngineSettings
 
 # vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
@@ -50,6 +52,8 @@ def speculative_config(deployment: Deployment, draft: str) -> dict[str, Any]:
         speculative["attention_backend"] = deployment.requested
     if settings.draft_kv_cache_dtype is not None:
         speculative["kv_cache_dtype"] = settings.draft_kv_cache_dtype
+    # The draft_option axis's fields, spelled as vLLM's SpeculativeConfig names them.
+    speculative.update(speculative_fields(settings.draft_option))
     return speculative
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from harness.contracts.lanes import CPU, GPU, SELECTION, GpuOptions
 from harness.deployment.arguments import Deployment
+from harness.deployment.draft_options import DRAFT_OPTIONS
 from harness.deployment.settings import Axes, EngineSettings, context_lens, engine_settings, requested_backend
 
 # How much longer than the cell's each replayed batch's contexts are (the gpu lane's graph
@@ -20,14 +21,17 @@ CPU_BLOCK_SIZE = 32
 def selection_deployment(axes: Axes, target_backend: str | None = None) -> Deployment:
     """A selection cell's engine: config-only checkpoints (dummy weights) on device cpu (the
     simulated CUDA platform would put the model on "cuda"), the target's dtype as --dtype, the
-    lane's ``target_backend`` option where the cell leaves the target's attention to auto, and for
-    a graph cell the gpu lanes' FULL decode graphs sized for one request's decode step: the
-    metadata builders are created under that mode and the start-up decides CUDA-graph support
-    over them (nothing is captured: no kernel runs)."""
+    lane's ``target_backend`` option where the cell leaves the target's attention to auto, and the
+    gpu lanes' FULL decode graphs sized for one request's decode step for a graph cell, or where the
+    draft's option needs them: the metadata builders are created under that mode and the start-up
+    decides CUDA-graph support over them (nothing is captured: no kernel runs)."""
     base = EngineSettings(load_format="dummy", device="cpu", target_backend=target_backend)
     dtype = str(SELECTION.value(axes, "target_dtype"))
-    graph_tokens = base.num_speculative_tokens + 1 if SELECTION.value(axes, "cudagraph") == "graph" else None
-    return Deployment(engine_settings(axes, base), requested_backend(axes), dtype, graph_tokens)
+    settings = engine_settings(axes, base)
+    # An option vLLM takes only with full CUDA graphs gets them configured (never captured here).
+    wants_graphs = SELECTION.value(axes, "cudagraph") == "graph" or DRAFT_OPTIONS[settings.draft_option].full_graphs
+    graphs = settings.num_speculative_tokens + 1 if wants_graphs else None
+    return Deployment(settings, requested_backend(axes), dtype, graphs)
 
 
 def cpu_deployment(axes: Axes) -> Deployment:

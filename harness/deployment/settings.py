@@ -37,6 +37,8 @@ class EngineSettings:
     target_backend: str | None = None
     target_backend_per_kind: tuple[tuple[str, str], ...] = ()
     method: str = "dflash"  # the draft's family member (harness.axes.METHODS)
+    # A speculative_config option the draft sets beyond the ones above (harness.deployment.draft_options).
+    draft_option: str = "none"
     # "dummy" for a lane that runs no kernel: vLLM then initialises the weights instead of
     # reading them, so a config-only checkpoint (checkpoint.write_draft(weights=False)) loads.
     load_format: str = "auto"
@@ -89,6 +91,7 @@ def engine_settings(axes: Axes, base: EngineSettings | None = None) -> EngineSet
         target_backend=target_backend,
         target_backend_per_kind=per_kind,
         method=str(axes.get("method", "dflash")),
+        draft_option=str(axes.get("draft_option", "none")),
         max_model_len=max(base.max_model_len, longest + 256),
     )
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.attention import audit, kv_cache
+from harness.attention import audit, draft_options, kv_cache
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.draft import engine_config
@@ -21,10 +21,12 @@ from harness.cell_process import freeze_process_state
 from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.deployment.cells import selection_deployment
+from harness.deployment.draft_options import DRAFT_OPTIONS, NO_OPTION
 from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape
 from harness.deployment.settings import draft_shape, draft_spec
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
+    NO_CPU_KERNEL,
     NO_DRIVER,
     SELECTED,
     StartupStop,
@@ -79,10 +81,17 @@ class BuiltDraft:
     kv_cache_missing: str | None = None
     # What the engine's start-up did with these layers where it did not lay the cache out.
     startup: StartupStop | None = None
+    # Whether the cell's draft_option reached the draft (harness.attention.draft_options).
+    option: draft_options.OptionCheck | None = None
 
 
 class _V1Refusal(Exception):
     """Model Runner V1 refuses this draft config (dspark, DFlash2 candidate heads, ...)."""
+
+
+class _OptionRefused(Exception):
+    """vLLM's config refuses the cell's draft_option (a validator naming the option's field): the
+    engine never starts, vLLM's answer to the option, which the message carries."""
 
 
 class _TargetNotBuilt(Exception):
@@ -238,6 +247,9 @@ class ProcessState:
             # vLLM's own answer for Model Runner V1 (VllmConfig._validate_v1_model_runner).
             details["draft"] = "not built: Model Runner V1 refuses the config"
             return seen(platform_choice=platform_choice, rejection=(str(refusal),))
+        except _OptionRefused as refusal:
+            details["draft"] = "not built: vLLM's config refuses the draft's speculative option"
+            return seen(platform_choice=platform_choice, rejection=(one_line(refusal.__cause__ or refusal, 600),))
         except ApiUnavailable as why:
             details["draft"] = f"not built: {why}"
             return seen(platform_choice=platform_choice, unavailable=str(why))
@@ -264,7 +276,7 @@ class ProcessState:
                 return seen(platform_choice=platform_choice, observed_backends=(selected.group(1),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
         except Exception as error:
-            if NO_DRIVER in str(error):
+            if NO_DRIVER in str(error) or NO_CPU_KERNEL.search(str(error)):
                 details["draft"] = "not built: constructing it needs a real CUDA device"
                 return seen(platform_choice=platform_choice, unavailable=host_limit(error))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, error))
@@ -287,9 +299,12 @@ class ProcessState:
         details["layer_settings"] = dict(zip(layers.names, layers.settings, strict=True))
         if unaudited := audit.unaudited(layers.settings):
             details["settings_not_audited"] = unaudited
+        if layers.option is not None:
+            details["draft_option"] = {"read": layers.option.read, "not_judged": list(layers.option.not_judged)}
         observed = layers.backends
         wanted = audit.asked(self.draft_truth(cell), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
+        lost += layers.option.lost if layers.option is not None else ()
         if layers.startup is not None:
             return self.stopped_at_startup(layers.startup, answered, details)
         if layers.kv_cache is None:
@@ -415,7 +430,15 @@ class ProcessState:
         # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
         # lost request), so its host patch is always in place before a build.
         self._allow_flashinfer_on_host()
-        config = self.engine_config(cell)
+        option = str(SELECTION.value(cell.values, "draft_option"))
+        try:
+            config = self.engine_config(cell)
+        except ValueError as error:
+            # A validator that names a field the option sets refuses the option (e.g. "dspark_draft_topk
+            # is only supported by DSpark"); any other error is the cell's as before.
+            if any(field in str(error) for field, _ in DRAFT_OPTIONS[option].fields):
+                raise _OptionRefused(str(error)) from error
+            raise
         if loader == "v1" and (refusal := v1_refusal(config)) is not None:
             raise _V1Refusal(refusal)
         with apis.set_current_vllm_config(config):
@@ -466,6 +489,7 @@ class ProcessState:
             kv_cache=layout,
             kv_cache_missing=missing,
             startup=startup,
+            option=draft_options.check(option, config, loaded.build) if option != NO_OPTION else None,
         )
 
     def lay_out_kv_cache(

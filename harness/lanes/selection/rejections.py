@@ -13,6 +13,9 @@ SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not vali
 _REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
 # What vLLM's CUDA code says where it needs a real device: a limit of this host, not a verdict.
 NO_DRIVER = "Found no NVIDIA driver"
+# A CUDA kernel of vLLM's build called on the lane's device cpu (fp8 weight quantization of a draft
+# with speculative_config.quantization="fp8"): torch has no CPU implementation of it, a GPU has.
+NO_CPU_KERNEL = re.compile(r"Could not run '_C::\w+' with arguments from the 'CPU' backend")
 
 
 def rejection_reasons(error: ValueError) -> tuple[str, ...]:
