@@ -69,9 +69,11 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-# The element type a KV cache of each dtype the matrices name is stored in, as torch prints it:
-# vLLM stores every fp8 variant as bytes (uint8, the string says which fp8) and "auto" in the
-# model's dtype.
+# The element type a KV cache of each dtype the matrices name is stored in, as torch prints it
+# (vLLM's STR_DTYPE_TO_TORCH_DTYPE, vllm/utils/torch_utils.py:40-66 at 0.33.0, :41-67 at 0.34.0):
+# every fp8 variant and every packed quantized cache as bytes (uint8, the string says which
+# format), int8 per-token-head scales as int8, Intel's fp8_inc as a real float8, and "auto" in
+# the model's dtype.
 _KV_ELEMENT_TYPES = {
     "bfloat16": "torch.bfloat16",
     "float16": "torch.float16",
@@ -79,6 +81,22 @@ _KV_ELEMENT_TYPES = {
     "fp8": "torch.uint8",
     "fp8_e4m3": "torch.uint8",
     "fp8_e5m2": "torch.uint8",
+    "fp8_inc": "torch.float8_e4m3fn",
+    "fp8_ds_mla": "torch.uint8",
+    "nvfp4_ds_mla": "torch.uint8",
+    "turboquant_k8v4": "torch.uint8",
+    "turboquant_4bit_nc": "torch.uint8",
+    "turboquant_k3v4_nc": "torch.uint8",
+    "turboquant_3bit_nc": "torch.uint8",
+    "octave_k3v4": "torch.uint8",
+    "octave_k3v3": "torch.uint8",
+    "octave_k3v3_compact": "torch.uint8",
+    "ultraquant_4bit": "torch.uint8",
+    "int4_per_token_head": "torch.uint8",
+    "int8_per_token_head": "torch.int8",
+    "fp8_per_token_head": "torch.uint8",
+    "nvfp4": "torch.uint8",
+    "nvfp4_4over6": "torch.uint8",
 }
 
 

@@ -25,6 +25,7 @@ from harness.deployment.settings import draft_spec
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
     NO_DRIVER,
+    NO_VALID_BACKEND,
     SELECTED,
     StartupStop,
     host_limit,
@@ -155,6 +156,12 @@ class ProcessState:
         if missing_loader:
             details["draft"] = f"not built: {missing_loader}"
             return Observation(requested_backend=requested, unavailable=missing_loader, details=details)
+        # A KV-cache dtype this release's CacheDType lacks is a deployment it cannot have:
+        # unavailable before the platform is asked, as a missing loader is.
+        dtypes = self.requested(cell)
+        missing_dtype = self.apis.missing_cache_dtype(dtypes.target_kv_cache_dtype, dtypes.draft_kv_cache_dtype)
+        if missing_dtype:
+            return Observation(requested_backend=requested, unavailable=missing_dtype, details=details)
 
         stage_log(Stage.SELECT)
         try:
@@ -184,9 +191,14 @@ class ProcessState:
         except _TargetNotBuilt as stop:
             cause = stop.__cause__ or stop
             details["draft"] = f"not built: the target failed first: {one_line(cause, 300)}"
-            if isinstance(cause, ValueError) and SELECTED.search(str(cause)):
-                # The selector refused the target's own backend for this config: vLLM refuses the
-                # deployment as a whole, a refusal (unsupported) whatever the draft asked.
+            if isinstance(cause, ValueError) and (
+                SELECTED.search(str(cause))
+                or NO_VALID_BACKEND.search(str(cause))
+                or str(stop).startswith("the engine refused its config")
+            ):
+                # The selector refused the target's own backend, or found none, for this config, or
+                # the engine refused the config itself: vLLM refuses the deployment as a whole, a
+                # refusal (unsupported) whatever the draft asked.
                 return seen(platform_choice=platform_choice, rejection=(one_line(cause, 600),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, cause))
         except ValueError as error:
@@ -338,7 +350,12 @@ class ProcessState:
         # Any draft may end up on FlashInfer (auto-selection, an inherited target backend, a
         # lost request), so its host patch is always in place before a build.
         self._allow_flashinfer_on_host()
-        config = self.engine_config(cell)
+        try:
+            config = self.engine_config(cell)
+        except ValueError as error:  # pydantic's ValidationError is one
+            # The engine refuses the target's own settings (a float --kv-cache-dtype other than
+            # its --dtype, config/vllm.py _reject_mismatched_float_kv_cache): no target, no draft.
+            raise _TargetNotBuilt(f"the engine refused its config: {error}") from error
         if loader == "v1" and (refusal := v1_refusal(config)) is not None:
             raise _V1Refusal(refusal)
         with apis.set_current_vllm_config(config):
