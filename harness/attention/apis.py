@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
 import typing
 from collections.abc import Mapping
@@ -106,6 +107,8 @@ class VllmApis:
     missing: dict[str, str]
     # The values of the release's vllm.config.cache.CacheDType; None where it has none.
     cache_dtypes: tuple[str, ...] | None = None
+    # vllm.v1.attention.backends.fa_utils.get_flash_attn_version; None where the release has none.
+    flash_attn_version: Any = None
 
     @classmethod
     def load(cls) -> VllmApis:
@@ -135,6 +138,7 @@ class VllmApis:
         )
         cache_dtype = find("vllm.config.cache", "CacheDType")
         apis.cache_dtypes = None if cache_dtype is None else tuple(str(v) for v in typing.get_args(cache_dtype))
+        apis.flash_attn_version = find("vllm.v1.attention.backends.fa_utils", "get_flash_attn_version")
         # Import the loaders now, so their imports are frozen with the rest and a missing
         # one is known before the first cell.
         find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
@@ -218,6 +222,17 @@ class VllmApis:
         decided before the platform is asked, as a missing backend member is."""
         asked = {"--kv-cache-dtype": target, "speculative_config.kv_cache_dtype": draft}
         return unaccepted_cache_dtype(asked, self.cache_dtypes)
+
+    def platform_flash_attn_version(self, head_size: int, has_sinks: bool) -> int | None:
+        """The FlashAttention version FlashAttentionImpl.__init__ asks for a decoder layer with these
+        settings (``get_flash_attn_version``, under the current config), passing only the arguments
+        this release takes; None where the release has no such function."""
+        if self.flash_attn_version is None:
+            return None
+        wanted = {"head_size": head_size, "has_sinks": has_sinks, "supports_fa4_hd256": True}
+        takes = inspect.signature(self.flash_attn_version).parameters
+        version = self.flash_attn_version(**{name: value for name, value in wanted.items() if name in takes})
+        return None if version is None else int(version)
 
     def member(self, name: str) -> Any:
         try:

@@ -43,6 +43,10 @@ SETTINGS: Mapping[str, str] = {
     "k_scale": "the layer's fp8 key-cache scale: the one written for this layer, else 1.0 (not another layer's)",
     "v_scale": "the layer's fp8 value-cache scale: the one written for this layer, else 1.0",
     "q_scale": "the fp8 query scale: none is written, so vLLM's default (1.0, DraftTruth.layer_q_scale)",
+    "flash_attn_version": (
+        "the FlashAttention version a FLASH_ATTN layer runs: the platform's for the draft's own settings "
+        "(the engine forces 2 for a TurboQuant/UltraQuant target, engine/arg_utils.py)"
+    ),
 }
 # The layer's scales as its kernels read them: CUDA/Triton kernels the device tensors
 # (``_k_scale``), CPU_ATTN and AITER the host floats (``_k_scale_float``); vLLM keeps both.
@@ -107,11 +111,16 @@ class Requested:
     draft_kv_cache_dtype: speculative_config.kv_cache_dtype, None when the harness left it unset.
     target_kv_cache_dtype: the engine's (the target's) --kv-cache-dtype.
     target_dtype: the target's --dtype, which is the draft's model dtype by design.
+    flash_attn_version: see the field.
     """
 
     draft_kv_cache_dtype: str | None
     target_kv_cache_dtype: str
     target_dtype: str
+    # The FlashAttention version the platform gives a layer with the draft's own settings under a
+    # config that forces none (vLLM's get_flash_attn_version); None where the lane does not ask it,
+    # and then the setting is listed as not audited.
+    flash_attn_version: int | None = None
 
     @property
     def kv_cache_dtype(self) -> str:
@@ -151,6 +160,7 @@ def asked(truth: DraftTruth, requested: Requested) -> tuple[dict[str, Any], ...]
             "k_scale": truth.layer_kv_scales(index)[0],
             "v_scale": truth.layer_kv_scales(index)[1],
             "q_scale": truth.layer_q_scale(index),
+            "flash_attn_version": requested.flash_attn_version,
         }
         for index in range(shape.draft_layers)
     )
@@ -178,9 +188,13 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
     for name, (device, host) in _SCALES.items():
         if hasattr(attn, device) and hasattr(attn, host):
             settings[name] = _scale(float(getattr(attn, device)), float(getattr(attn, host)))
-    scale = getattr(getattr(attn, "impl", None), "scale", None)
+    impl: Any = getattr(attn, "impl", None)
+    scale = getattr(impl, "scale", None)
     if scale is not None:
         settings["scale"] = float(scale)
+    # FlashAttention's own impl only: its subclasses and siblings pick versions by other rules.
+    if type(impl).__name__ == "FlashAttentionImpl" and hasattr(impl, "vllm_flash_attn_version"):
+        settings["flash_attn_version"] = impl.vllm_flash_attn_version
     if causal is not None:
         settings["causal"] = causal
     get_spec = getattr(attn, "get_kv_cache_spec", None)
@@ -216,11 +230,23 @@ def differences(
     found = []
     for name, want, have in zip(names, wanted, got, strict=True):
         for setting in SETTINGS:
+            if setting in _JUDGED_WHEN_KNOWN and want[setting] is None:
+                continue  # not known to this lane: unaudited() lists it
             if setting in have and not _same(setting, want[setting], have[setting]):
                 found.append(SettingDifference(name, setting, want[setting], have[setting]))
     return tuple(found)
 
 
-def unaudited(got: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The settings no layer exposed (the cell's details say so, instead of a silent pass)."""
-    return [setting for setting in SETTINGS if not any(setting in layer for layer in got)]
+# Settings whose asked value only some lanes know (None elsewhere): compared only where known.
+_JUDGED_WHEN_KNOWN = frozenset({"flash_attn_version"})
+
+
+def unaudited(got: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The settings no layer exposed, or that a layer exposed but the lane could not judge (the
+    cell's details say so, instead of a silent pass)."""
+    unknown = {s for s in _JUDGED_WHEN_KNOWN for want in wanted if want.get(s) is None}
+    return [
+        setting
+        for setting in SETTINGS
+        if not any(setting in layer for layer in got) or (setting in unknown and any(setting in layer for layer in got))
+    ]

@@ -103,6 +103,10 @@ class Selection:
     rejection: tuple[str, ...] | None = None
     auto: str | None = None
     auto_rejection: tuple[str, ...] | None = None
+    # The FlashAttention version the platform gives a layer with the draft's own settings, under a
+    # config that forces none (the audit's flash_attn_version); None where the release has no
+    # get_flash_attn_version.
+    flash_attn_version: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -227,11 +231,12 @@ class ProcessState:
             )
         ]
         details["layer_settings"] = dict(zip(layers.names, layers.settings, strict=True))
-        if unaudited := audit.unaudited(layers.settings):
-            details["settings_not_audited"] = unaudited
         observed = layers.backends
         spec, _ = draft_spec(cell.values)
-        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
+        requested_dtypes = dataclasses.replace(self.requested(cell), flash_attn_version=selection.flash_attn_version)
+        wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), requested_dtypes)
+        if unaudited := audit.unaudited(layers.settings, wanted):
+            details["settings_not_audited"] = unaudited
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         if layers.startup is not None:
             # The engine stops at start-up with these layers: no request is ever served, so that is
@@ -325,6 +330,8 @@ class ProcessState:
                 except ValueError as error:
                     selection.rejection = rejection_reasons(error)
                 selection.details["selected"] = selection.explicit or "rejected"
+            # FlashAttentionImpl.__init__'s own question (flash_attn.py), for the draft's settings.
+            selection.flash_attn_version = apis.platform_flash_attn_version(config.head_size, bool(config.has_sink))
             try:
                 selection.auto = apis.backend_name(platform_cls.get_attn_backend_cls(None, attn_selector_config=config))
                 selection.details["auto_selected"] = selection.auto
