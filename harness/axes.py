@@ -18,7 +18,37 @@ _BACKEND_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _CAPABILITY = re.compile(r"^(\d{1,2})\.(\d)$")
 
 DTYPE_TOKENS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+# Every value of vLLM's CacheDType (vllm/config/cache.py), the union over the releases the lanes
+# run (0.33.0 and 0.34.0 list the same 22): the target's --kv-cache-dtype may be any of them, and
+# the engine changes other settings for some (TurboQuant and UltraQuant: boundary layers kept
+# unquantized, FlashAttention 2 forced; docs/explanation/target-draft-seam.md, 2.11). A release
+# whose CacheDType lacks a value makes its cells unavailable (harness/attention/apis.py);
+# tests/selection_lane/test_kv_cache_dtype_coverage.py fails when the installed release lists
+# one this tuple does not.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "octave_k3v4",
+    "octave_k3v3",
+    "octave_k3v3_compact",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
 LOADERS = ("v1", "v2")
 CUDAGRAPH_MODES = ("eager", "graph")
 # The DFlash family: the draft's architecture and config format. dflash = DFlashDraftModel,
@@ -26,7 +56,7 @@ CUDAGRAPH_MODES = ("eager", "graph")
 # Qwen3DSparkModel (method "dspark", its own V2 loader ``load_dspark_model``).
 METHODS = ("dflash", "dflash2", "dspark")
 # speculative_config.kv_cache_dtype; "target" = unset, the draft shares the target's cache dtype.
-DRAFT_KV_CACHE_DTYPES = ("target", "auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
+DRAFT_KV_CACHE_DTYPES = ("target", *KV_CACHE_DTYPES)
 # The draft's layer layout. uniform: no ``layer_types``, every layer as dflash_config says;
 # mixed: ``layer_types`` alternating sliding/full with dflash_config.causal written (it overrides
 # every layer); mixed_native: the same layers without dflash_config.causal, so each layer's

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import re
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +74,22 @@ def unregistered_architecture(error: Exception) -> str | None:
     return f"this vLLM release registers no model class for the draft's architecture {found.group(1)}"
 
 
+def unaccepted_cache_dtype(asked: Mapping[str, str | None], accepted: tuple[str, ...] | None) -> str | None:
+    """Why the release cannot take a KV-cache dtype the cell names: its ``CacheDType``
+    (vllm/config/cache.py) does not list it. ``asked`` maps the engine argument (the target's
+    ``kv_cache_dtype``, the speculative config's ``kv_cache_dtype``) to its value, None where the
+    cell leaves it unset; ``accepted`` is None where the release has no ``CacheDType`` to read,
+    and then nothing is decided here (the config schema still answers, ``config_gap``)."""
+    if accepted is None:
+        return None
+    unknown = [
+        f"{argument}={value!r}" for argument, value in asked.items() if value is not None and value not in accepted
+    ]
+    if not unknown:
+        return None
+    return f"this vLLM release's CacheDType has no {', '.join(unknown)} (it lists {len(accepted)} KV-cache dtypes)"
+
+
 @dataclass
 class VllmApis:
     """The vLLM entry points the lanes use, resolved once; a release without one says so."""
@@ -86,6 +105,10 @@ class VllmApis:
     any_non_causal: Any
     draft_causal: Any
     missing: dict[str, str]
+    # The values of the release's vllm.config.cache.CacheDType; None where it has none.
+    cache_dtypes: tuple[str, ...] | None = None
+    # vllm.v1.attention.backends.fa_utils.get_flash_attn_version; None where the release has none.
+    flash_attn_version: Any = None
 
     @classmethod
     def load(cls) -> VllmApis:
@@ -113,6 +136,9 @@ class VllmApis:
             draft_causal=find(*_DRAFT_CAUSAL.rsplit(".", 1)),
             missing=missing,
         )
+        cache_dtype = find("vllm.config.cache", "CacheDType")
+        apis.cache_dtypes = None if cache_dtype is None else tuple(str(v) for v in typing.get_args(cache_dtype))
+        apis.flash_attn_version = find("vllm.v1.attention.backends.fa_utils", "get_flash_attn_version")
         # Import the loaders now, so their imports are frozen with the rest and a missing
         # one is known before the first cell.
         find("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model")
@@ -190,6 +216,23 @@ class VllmApis:
             except ApiUnavailable as why:
                 return str(why)
         return missing
+
+    def missing_cache_dtype(self, target: str, draft: str | None) -> str | None:
+        """Why the cell's KV-cache dtypes cannot be asked of this release (``unaccepted_cache_dtype``):
+        decided before the platform is asked, as a missing backend member is."""
+        asked = {"--kv-cache-dtype": target, "speculative_config.kv_cache_dtype": draft}
+        return unaccepted_cache_dtype(asked, self.cache_dtypes)
+
+    def platform_flash_attn_version(self, head_size: int, has_sinks: bool) -> int | None:
+        """The FlashAttention version FlashAttentionImpl.__init__ asks for a decoder layer with these
+        settings (``get_flash_attn_version``, under the current config), passing only the arguments
+        this release takes; None where the release has no such function."""
+        if self.flash_attn_version is None:
+            return None
+        wanted = {"head_size": head_size, "has_sinks": has_sinks, "supports_fa4_hd256": True}
+        takes = inspect.signature(self.flash_attn_version).parameters
+        version = self.flash_attn_version(**{name: value for name, value in wanted.items() if name in takes})
+        return None if version is None else int(version)
 
     def member(self, name: str) -> Any:
         try:

@@ -44,6 +44,10 @@ SETTINGS: Mapping[str, str] = {
     "k_scale": "the layer's fp8 key-cache scale: the one written for this layer, else 1.0 (not another layer's)",
     "v_scale": "the layer's fp8 value-cache scale: the one written for this layer, else 1.0",
     "q_scale": "the fp8 query scale: none is written, so vLLM's default (1.0, DraftTruth.layer_q_scale)",
+    "flash_attn_version": (
+        "the FlashAttention version a FLASH_ATTN layer runs: the platform's for the draft's own settings "
+        "(the engine forces 2 for a TurboQuant/UltraQuant target, engine/arg_utils.py)"
+    ),
 }
 # The layer's scales as its kernels read them: CUDA/Triton kernels the device tensors
 # (``_k_scale``), CPU_ATTN and AITER the host floats (``_k_scale_float``); vLLM keeps both.
@@ -70,9 +74,11 @@ def _text(value: Any) -> str:
     return "none" if value is None else str(value)
 
 
-# The element type a KV cache of each dtype the matrices name is stored in, as torch prints it:
-# vLLM stores every fp8 variant as bytes (uint8, the string says which fp8) and "auto" in the
-# model's dtype.
+# The element type a KV cache of each dtype the matrices name is stored in, as torch prints it
+# (vLLM's STR_DTYPE_TO_TORCH_DTYPE, vllm/utils/torch_utils.py:40-66 at 0.33.0, :41-67 at 0.34.0):
+# every fp8 variant and every packed quantized cache as bytes (uint8, the string says which
+# format), int8 per-token-head scales as int8, Intel's fp8_inc as a real float8, and "auto" in
+# the model's dtype.
 _KV_ELEMENT_TYPES = {
     "bfloat16": "torch.bfloat16",
     "float16": "torch.float16",
@@ -80,6 +86,22 @@ _KV_ELEMENT_TYPES = {
     "fp8": "torch.uint8",
     "fp8_e4m3": "torch.uint8",
     "fp8_e5m2": "torch.uint8",
+    "fp8_inc": "torch.float8_e4m3fn",
+    "fp8_ds_mla": "torch.uint8",
+    "nvfp4_ds_mla": "torch.uint8",
+    "turboquant_k8v4": "torch.uint8",
+    "turboquant_4bit_nc": "torch.uint8",
+    "turboquant_k3v4_nc": "torch.uint8",
+    "turboquant_3bit_nc": "torch.uint8",
+    "octave_k3v4": "torch.uint8",
+    "octave_k3v3": "torch.uint8",
+    "octave_k3v3_compact": "torch.uint8",
+    "ultraquant_4bit": "torch.uint8",
+    "int4_per_token_head": "torch.uint8",
+    "int8_per_token_head": "torch.int8",
+    "fp8_per_token_head": "torch.uint8",
+    "nvfp4": "torch.uint8",
+    "nvfp4_4over6": "torch.uint8",
 }
 
 
@@ -90,11 +112,16 @@ class Requested:
     draft_kv_cache_dtype: speculative_config.kv_cache_dtype, None when the harness left it unset.
     target_kv_cache_dtype: the engine's (the target's) --kv-cache-dtype.
     target_dtype: the target's --dtype, which is the draft's model dtype by design.
+    flash_attn_version: see the field.
     """
 
     draft_kv_cache_dtype: str | None
     target_kv_cache_dtype: str
     target_dtype: str
+    # The FlashAttention version the platform gives a layer with the draft's own settings under a
+    # config that forces none (vLLM's get_flash_attn_version); None where the lane does not ask it,
+    # and then the setting is listed as not audited.
+    flash_attn_version: int | None = None
 
     @property
     def kv_cache_dtype(self) -> str:
@@ -135,6 +162,7 @@ def asked(truth: DraftTruth, requested: Requested) -> tuple[dict[str, Any], ...]
             "k_scale": truth.layer_kv_scales(index)[0],
             "v_scale": truth.layer_kv_scales(index)[1],
             "q_scale": truth.layer_q_scale(index),
+            "flash_attn_version": requested.flash_attn_version,
         }
         for index in range(shape.draft_layers)
     )
@@ -163,9 +191,13 @@ def effective(attn: Any, vllm_config: Any, causal: bool | None) -> dict[str, Any
     for name, (device, host) in _SCALES.items():
         if hasattr(attn, device) and hasattr(attn, host):
             settings[name] = _scale(float(getattr(attn, device)), float(getattr(attn, host)))
-    scale = getattr(getattr(attn, "impl", None), "scale", None)
+    impl: Any = getattr(attn, "impl", None)
+    scale = getattr(impl, "scale", None)
     if scale is not None:
         settings["scale"] = float(scale)
+    # FlashAttention's own impl only: its subclasses and siblings pick versions by other rules.
+    if type(impl).__name__ == "FlashAttentionImpl" and hasattr(impl, "vllm_flash_attn_version"):
+        settings["flash_attn_version"] = impl.vllm_flash_attn_version
     if causal is not None:
         settings["causal"] = causal
     get_spec = getattr(attn, "get_kv_cache_spec", None)
@@ -201,11 +233,23 @@ def differences(
     found = []
     for name, want, have in zip(names, wanted, got, strict=True):
         for setting in SETTINGS:
+            if setting in _JUDGED_WHEN_KNOWN and want[setting] is None:
+                continue  # not known to this lane: unaudited() lists it
             if setting in have and not _same(setting, want[setting], have[setting]):
                 found.append(SettingDifference(name, setting, want[setting], have[setting]))
     return tuple(found)
 
 
-def unaudited(got: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The settings no layer exposed (the cell's details say so, instead of a silent pass)."""
-    return [setting for setting in SETTINGS if not any(setting in layer for layer in got)]
+# Settings whose asked value only some lanes know (None elsewhere): compared only where known.
+_JUDGED_WHEN_KNOWN = frozenset({"flash_attn_version"})
+
+
+def unaudited(got: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The settings no layer exposed, or that a layer exposed but the lane could not judge (the
+    cell's details say so, instead of a silent pass)."""
+    unknown = {s for s in _JUDGED_WHEN_KNOWN for want in wanted if want.get(s) is None}
+    return [
+        setting
+        for setting in SETTINGS
+        if not any(setting in layer for layer in got) or (setting in unknown and any(setting in layer for layer in got))
+    ]

@@ -247,7 +247,9 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     loader = str(cell.get("loader", "v2"))
     # A release without an entry point this flow calls (or without the requested backend) is
     # unavailable here, as in every lane, never a crash blamed on the backend.
-    missing = vllm_apis().missing_for_draft_cell(loader, requested)
+    missing = vllm_apis().missing_for_draft_cell(loader, requested) or vllm_apis().missing_cache_dtype(
+        plan.engine.kv_cache_dtype, plan.engine.draft_kv_cache_dtype
+    )
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
     spec, head_size = draft_spec(cell.values)

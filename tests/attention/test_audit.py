@@ -40,6 +40,7 @@ def test_the_ask_comes_from_what_the_harness_wrote() -> None:
         "k_scale": 1.0,
         "v_scale": 1.0,
         "q_scale": 1.0,
+        "flash_attn_version": None,
     }
     full = asked(_truth(causal=False, sink=False, sliding_window=0), AUTO)
     assert full[1]["sliding_window"] is None and full[1]["causal"] is False
@@ -120,3 +121,21 @@ def test_each_layer_must_carry_its_own_written_kv_scales() -> None:
         "l1: v_scale is 1.0, the draft asked for 0.035",
         "l1: q_scale is 1.0 on the device, 0.025 on the host, the draft asked for 1.0",
     ]
+
+
+def test_a_flash_attention_version_is_judged_where_the_lane_knows_the_platforms_and_listed_where_not() -> None:
+    # The selection lane asks the platform for the draft's own settings (3 on SM90); a TurboQuant
+    # target's engine forces 2 on every layer, the draft's included.
+    known = asked(
+        _truth(causal=False, sink=False, sliding_window=0), Requested("auto", "turboquant_k8v4", "bfloat16", 3)
+    )
+    got = [dict(known[0], flash_attn_version=2), dict(known[1], flash_attn_version=3)]
+    assert [str(d) for d in differences(["l0", "l1"], known, got)] == [
+        "l0: flash_attn_version is 2, the draft asked for 3"
+    ]
+    assert "flash_attn_version" not in unaudited(got, known)
+    # A lane that does not ask the platform: never a difference, always listed as not audited.
+    unknown = asked(_truth(causal=False, sink=False, sliding_window=0), AUTO)
+    got = [dict(unknown[0], flash_attn_version=2), dict(unknown[1], flash_attn_version=2)]
+    assert differences(["l0", "l1"], unknown, got) == ()
+    assert "flash_attn_version" in unaudited(got, unknown)

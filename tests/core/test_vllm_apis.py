@@ -117,3 +117,22 @@ def test_a_draft_architecture_the_registry_lacks_is_unavailable_and_other_value_
         "this vLLM release registers no model class for the draft's architecture 'DFlash2DraftModel'"
     )
     assert unregistered_architecture(ValueError("Selected backend FLASH_ATTN is not valid")) is None
+
+
+def test_a_kv_cache_dtype_the_release_lacks_is_unavailable_before_the_platform_is_asked() -> None:
+    from harness.attention.apis import unaccepted_cache_dtype
+
+    older = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+    apis = _apis(cache_dtypes=older)
+    assert apis.missing_cache_dtype("turboquant_k8v4", None) == (
+        "this vLLM release's CacheDType has no --kv-cache-dtype='turboquant_k8v4' (it lists 6 KV-cache dtypes)"
+    )
+    assert apis.missing_cache_dtype("fp8", "ultraquant_4bit") == (
+        "this vLLM release's CacheDType has no speculative_config.kv_cache_dtype='ultraquant_4bit' "
+        "(it lists 6 KV-cache dtypes)"
+    )
+    # Values the release lists, and an unset draft dtype, decide nothing here.
+    assert apis.missing_cache_dtype("fp8_e5m2", None) is None
+    assert apis.missing_cache_dtype("auto", "bfloat16") is None
+    # A release without a CacheDType to read is left to its config schema (config_gap).
+    assert unaccepted_cache_dtype({"--kv-cache-dtype": "turboquant_k8v4"}, None) is None

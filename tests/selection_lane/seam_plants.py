@@ -174,3 +174,32 @@ def _install_target_heads() -> None:
                     holder.num_queries_per_kv = heads // kv_heads
 
     Attention.__init__ = planted
+
+
+# The engine's packed KV caches (engine/arg_utils.py: TurboQuant and UltraQuant, for which it also
+# keeps boundary layers unquantized and forces FlashAttention 2).
+PACKED_KV_PREFIXES = ("turboquant_", "ultraquant_")
+
+
+def _packed_target_wins(target: str, own: str | None) -> str | None:
+    return target if target.startswith(PACKED_KV_PREFIXES) else own
+
+
+def target_packed_kv_forced_on_draft(lane: SelectionLane) -> None:
+    """Runner plant: an engine setting forced on every layer, tied to the target's KV dtype.
+    load_dflash_model gives the draft the target's cache dtype whenever the target's is a packed
+    TurboQuant/UltraQuant cache, over the draft's own speculative_config.kv_cache_dtype (as a
+    rule "the packed cache is the engine's" would); behind any other target the draft's own wins."""
+    lane.after_install(_install_packed_target_wins)
+
+
+def _install_packed_target_wins() -> None:
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    rebuild_replacing(
+        loader_module,
+        "load_dflash_model",
+        CACHE_DTYPE_LINE,
+        "cache_dtype=_packed_target_wins(vllm_config.cache_config.cache_dtype, speculative_config.kv_cache_dtype),",
+        {"_packed_target_wins": _packed_target_wins},
+    )

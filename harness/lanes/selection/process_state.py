@@ -28,6 +28,7 @@ from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
     NO_CPU_KERNEL,
     NO_DRIVER,
+    NO_VALID_BACKEND,
     SELECTED,
     StartupStop,
     host_limit,
@@ -112,6 +113,10 @@ class Selection:
     rejection: tuple[str, ...] | None = None
     auto: str | None = None
     auto_rejection: tuple[str, ...] | None = None
+    # The FlashAttention version the platform gives a layer with the draft's own settings, under a
+    # config that forces none (the audit's flash_attn_version); None where the release has no
+    # get_flash_attn_version.
+    flash_attn_version: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
@@ -137,6 +142,8 @@ class _Answered:
     platform_choice: str | None
     rejection: tuple[str, ...] | None
     seen: Callable[..., Observation]
+    # The FlashAttention version the platform gives a layer with the draft's own settings (Selection).
+    flash_attn_version: int | None = None
 
 
 class ProcessState:
@@ -171,7 +178,7 @@ class ProcessState:
         what its layers carry against what the draft asked. Each step either hands the next
         what it found or ends the cell with the observation that stops it."""
         asked = self.asked(cell)
-        if (absent := self.absent_here(asked)) is not None:
+        if (absent := self.absent_here(cell, asked)) is not None:
             return absent
         stage_log(Stage.SELECT)
         answered = self.platform_answer(cell, asked)
@@ -198,7 +205,7 @@ class ProcessState:
             details["backends_not_in_matrix"] = list(self.not_in_matrix)
         return _Asked(cell.requested_backend, loader, details)
 
-    def absent_here(self, asked: _Asked) -> Observation | None:
+    def absent_here(self, cell: Cell, asked: _Asked) -> Observation | None:
         """A loader this release lacks (Model Runner V1's proposers are gone in 0.34.0) makes the
         whole cell one that cannot exist here, whatever the platform would answer: unavailable
         before the platform is asked, as in the cpu and gpu lanes (missing_for_draft_cell). The
@@ -208,6 +215,11 @@ class ProcessState:
         if missing_loader := self.apis.missing_for_loader(asked.loader):
             asked.details["draft"] = f"not built: {missing_loader}"
             return asked.unavailable(missing_loader)
+        # A KV-cache dtype this release's CacheDType lacks is a deployment it cannot have:
+        # unavailable before the platform is asked, as a missing loader is.
+        dtypes = self.requested(cell)
+        if missing_dtype := self.apis.missing_cache_dtype(dtypes.target_kv_cache_dtype, dtypes.draft_kv_cache_dtype):
+            return asked.unavailable(missing_dtype)
         return None
 
     def platform_answer(self, cell: Cell, asked: _Asked) -> _Answered | Observation:
@@ -229,6 +241,7 @@ class ProcessState:
         return _Answered(
             platform_choice=selection.explicit if requested else selection.auto,
             rejection=selection.rejection if requested else selection.auto_rejection,
+            flash_attn_version=selection.flash_attn_version,
             seen=functools.partial(
                 Observation, requested_backend=requested, claim=selection.claim, details=asked.details
             ),
@@ -256,9 +269,14 @@ class ProcessState:
         except _TargetNotBuilt as stop:
             cause = stop.__cause__ or stop
             details["draft"] = f"not built: the target failed first: {one_line(cause, 300)}"
-            if isinstance(cause, ValueError) and SELECTED.search(str(cause)):
-                # The selector refused the target's own backend for this config: vLLM refuses the
-                # deployment as a whole, a refusal (unsupported) whatever the draft asked.
+            if isinstance(cause, ValueError) and (
+                SELECTED.search(str(cause))
+                or NO_VALID_BACKEND.search(str(cause))
+                or str(stop).startswith("the engine refused its config")
+            ):
+                # The selector refused the target's own backend, or found none, for this config, or
+                # the engine refused the config itself: vLLM refuses the deployment as a whole, a
+                # refusal (unsupported) whatever the draft asked.
                 return seen(platform_choice=platform_choice, rejection=(one_line(cause, 600),))
             return seen(platform_choice=platform_choice, failure=_failure(Stage.BUILD, cause))
         except ValueError as error:
@@ -297,12 +315,13 @@ class ProcessState:
             )
         ]
         details["layer_settings"] = dict(zip(layers.names, layers.settings, strict=True))
-        if unaudited := audit.unaudited(layers.settings):
+        observed = layers.backends
+        requested_dtypes = dataclasses.replace(self.requested(cell), flash_attn_version=answered.flash_attn_version)
+        wanted = audit.asked(self.draft_truth(cell), requested_dtypes)
+        if unaudited := audit.unaudited(layers.settings, wanted):
             details["settings_not_audited"] = unaudited
         if layers.option is not None:
             details["draft_option"] = {"read": layers.option.read, "not_judged": list(layers.option.not_judged)}
-        observed = layers.backends
-        wanted = audit.asked(self.draft_truth(cell), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         lost += layers.option.lost if layers.option is not None else ()
         if layers.startup is not None:
@@ -405,6 +424,8 @@ class ProcessState:
                 except ValueError as error:
                     selection.rejection = rejection_reasons(error)
                 selection.details["selected"] = selection.explicit or "rejected"
+            # FlashAttentionImpl.__init__'s own question (flash_attn.py), for the draft's settings.
+            selection.flash_attn_version = apis.platform_flash_attn_version(config.head_size, bool(config.has_sink))
             try:
                 selection.auto = apis.backend_name(platform_cls.get_attn_backend_cls(None, attn_selector_config=config))
                 selection.details["auto_selected"] = selection.auto
@@ -433,12 +454,14 @@ class ProcessState:
         option = str(SELECTION.value(cell.values, "draft_option"))
         try:
             config = self.engine_config(cell)
-        except ValueError as error:
+        except ValueError as error:  # pydantic's ValidationError is one
             # A validator that names a field the option sets refuses the option (e.g. "dspark_draft_topk
-            # is only supported by DSpark"); any other error is the cell's as before.
+            # is only supported by DSpark").
             if any(field in str(error) for field, _ in DRAFT_OPTIONS[option].fields):
                 raise _OptionRefused(str(error)) from error
-            raise
+            # Otherwise the engine refuses the target's own settings (a float --kv-cache-dtype other
+            # than its --dtype, config/vllm.py _reject_mismatched_float_kv_cache): no target, no draft.
+            raise _TargetNotBuilt(f"the engine refused its config: {error}") from error
         if loader == "v1" and (refusal := v1_refusal(config)) is not None:
             raise _V1Refusal(refusal)
         with apis.set_current_vllm_config(config):

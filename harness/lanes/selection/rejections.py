@@ -10,6 +10,10 @@ from harness.observation import HOST_LIMIT, one_line
 
 # The backend a loader selected (and then refused) for a draft's layers.
 SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not valid")
+# The platform's auto-selection finding no backend for a layer's config (CudaPlatform.get_attn_backend_cls):
+# for a target's own layers, vLLM refuses the deployment (a KV-cache dtype no CUDA backend stores:
+# octave_*, fp8_inc, the *_ds_mla caches).
+NO_VALID_BACKEND = re.compile(r"No valid attention backend found for")
 _REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
 # What vLLM's CUDA code says where it needs a real device: a limit of this host, not a verdict.
 NO_DRIVER = "Found no NVIDIA driver"
