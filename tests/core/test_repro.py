@@ -579,3 +579,88 @@ def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_dra
     assert found[0] == lost
     assert _script_exit(script, ("wrong-setting", "; ".join(found)), monkeypatch)[0] == 1
     assert _script_exit(script, ("pass", "every draft layer carries its settings"), monkeypatch)[0] == 0
+
+
+# -- the kernel lanes' scripts read data, not the cell's axes ---------------------------------
+
+
+def _axis_reads(text: str) -> list[str]:
+    """Where a script's code reads the cell's axes: the name AXES, or a "axes" key (the CELL
+    payload still records them, inside its JSON string, for whoever reads the script)."""
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(text))
+        if (isinstance(node, ast.Name) and node.id == "AXES")
+        or (isinstance(node, ast.Constant) and node.value == "axes")
+    ]
+
+
+CPU_CELLS = ("CPU_ATTN-causal-sink-bf16-v2", "CPU_ATTN-dflash2-causal-sink-bf16-v2")
+
+
+def _cpu_written(tmp_path: Path, cell_id: str) -> str:
+    matrix = load_matrix(matrix_path("cpu"))
+    cell = next(c for c in expand(matrix) if c.id == cell_id)
+    run = {**RUN, "lane": "cpu", "matrix": "cpu", "matrix_path": "matrices/cpu.toml", "key": "cpu"}
+    recorded = {**CELL, "id": cell.id, "lane": "cpu", "axes": dict(cell.axes), "run": "cpu"}
+    folder = tmp_path / cell_id
+    folder.mkdir(parents=True)
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": [recorded]}))
+    assert main(["repro", cell_id, "--report", str(folder), "--out", str(folder / "repro.py")]) == 0
+    return (folder / "repro.py").read_text()
+
+
+def test_the_cpu_and_gpu_templates_read_no_axes(tmp_path: Path) -> None:
+    """The cell's shape and facts come into a kernel lane's script as data the harness computed
+    (``harness.deployment``), never from its axes: an axis the templates read would be one more
+    place that turns axes into configs, drifting from the lanes'."""
+    from harness.commands.repro import TEMPLATES
+
+    for lane in ("cpu", "gpu", "gpu_emulated"):
+        assert "AXES" not in TEMPLATES[lane].read_text() and _axis_reads(TEMPLATES[lane].read_text()) == []
+    scripts = {lane: _written(tmp_path, lane) for lane in ("gpu", "gpu_emulated")}
+    scripts.update({cell: _cpu_written(tmp_path, cell) for cell in CPU_CELLS})
+    for name, text in scripts.items():
+        assert "AXES" not in text and _axis_reads(text) == [], name
+
+
+def test_a_kernel_cells_script_carries_the_harness_s_own_target_and_draft(tmp_path: Path) -> None:
+    """What a cpu or gpu script writes and asks is what ``harness.deployment`` says of the cell:
+    the configs ``target_config`` and ``draft_config`` make, each layer's window and causality as
+    ``DraftTruth`` resolves them, the deployment's requested backend, dtypes and loader."""
+    from harness.deployment.cells import cpu_deployment, gpu_deployment
+    from harness.deployment.models import DraftTruth, ModelShape, draft_config
+    from harness.deployment.settings import draft_spec
+
+    matrix, cells = _bundled("gpu_emulated")
+    cases = [
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-sink-swa16-mixednative-bf16-v2"),
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-nosink-bf16-tgtmodel.mistralswa-v1"),
+        ("cpu", "CPU_ATTN-causal-sink-swa4-mixednative-bf16-v2"),
+        ("cpu", "CPU_ATTN-dflash2-causal-sink-bf16-v2"),
+    ]
+    cpu_cells = {c.id: c for c in expand(load_matrix(matrix_path("cpu")))}
+    for lane, ident in cases:
+        cell = cpu_cells[ident] if lane == "cpu" else cells[ident]
+        payload = _payload(_cpu_written(tmp_path, ident) if lane == "cpu" else _written(tmp_path, lane, ident))
+        spec, head_size = draft_spec(cell.values)
+        shape = ModelShape(head_dim=head_size or 128)
+        truth = DraftTruth(Path("draft"), spec, shape, None)
+        draft, target = payload["draft"], payload["target"]
+        assert draft["config"] == json.loads(json.dumps(draft_config(spec, shape)))
+        family = str(cell.get("target_model", "qwen3"))
+        assert target["config"] == json.loads(json.dumps(target_config(shape, family))) and target["family"] == family
+        assert draft["window"] == [truth.layer_window(i) for i in range(shape.draft_layers)]
+        assert draft["causal"] == [truth.layer_causal(i) for i in range(shape.draft_layers)]
+        assert (draft["sink"], draft["any_non_causal"]) == (spec.sink, truth.any_non_causal)
+        assert draft["scale"] == truth.scale
+        deployment = cpu_deployment(cell.values) if lane == "cpu" else gpu_deployment(cell.values, matrix.lane_options)
+        assert (payload["requested"], payload["dtype"]) == (deployment.requested, deployment.dtype)
+        assert payload["kv_cache_dtype"] == payload["engine_arguments"]["kv_cache_dtype"]
+        assert payload["loader"] == cell.get("loader", "v2")
+        names = [name for name, _, _ in draft["tensors"]]
+        assert ("candidate_selector.predecessor_codebook" in names) is (spec.method == "dflash2")
+        assert (sum(how == "sinks" for _, _, how in draft["tensors"]) == shape.draft_layers) is spec.sink
+        # A mistral_swa target has Llama's attention: no q/k norms among its tensors.
+        norms = any(name.endswith("q_norm.weight") for name, _, _ in target["tensors"])
+        assert norms is (family != "mistral_swa")
