@@ -336,7 +336,11 @@ def _gpu_refusal(
     """Why the gpu script cannot reproduce this cell: (key under the cell, problem), or None."""
     axes = cell["axes"]
     if axes.get("method", "dflash") != "dflash":
-        return "axes.method", "the gpu repro writes DFlash drafts only (valid: dflash)"
+        # Its checkpoints would be the lane's (draft_tensors), but no GPU has checked the script's
+        # DFlash2/DSpark path (their V2 loaders, causal flags and layers) against the lane's verdicts.
+        return "axes.method", (
+            "the gpu repro builds DFlash drafts only: its DFlash2/DSpark path is not checked on a GPU (valid: dflash)"
+        )
     if lane == "gpu_emulated" and (why := EmulatedHost(GpuEmulatedOptions(), ()).unavailable(found)) is not None:
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
