@@ -132,6 +132,17 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
     options = matrix.lane_options
     contexts = context_lens(cell["axes"], options.context_lens)
     deployment = cpu_deployment(cell["axes"])
+    settings = deployment.settings
+    if (settings.draft_kv_cache_dtype or settings.kv_cache_dtype).startswith("fp8"):
+        # The lane's e4m3 draft carries calibrated per-layer k/v scales and its reference models
+        # CPU_ATTN's fp8 cache write (rounded toward zero: docs/explanation/fp8-kv.md); a script with
+        # unit scales and round-to-nearest reports a mismatch where the lane sees none.
+        key = "draft_kv_cache_dtype" if settings.draft_kv_cache_dtype else "kv_cache_dtype"
+        raise InputError(
+            source,
+            f"cells.{cell_id}.axes.{key}",
+            "the cpu repro does not write calibrated fp8 KV scales nor model CPU_ATTN's fp8 cache write yet",
+        )
     target = Deployment(cpu_target_settings(deployment.settings.method), None, deployment.dtype)
     return {
         "seed": found.seed + options.seed,

@@ -603,7 +603,7 @@ def _axis_reads(text: str) -> list[str]:
 CPU_CELLS = ("CPU_ATTN-causal-sink-bf16-v2", "CPU_ATTN-dflash2-causal-sink-bf16-v2")
 
 
-def _cpu_written(tmp_path: Path, cell_id: str) -> str:
+def _cpu_written(tmp_path: Path, cell_id: str, status: int = 0) -> str:
     matrix = load_matrix(matrix_path("cpu"))
     cell = next(c for c in expand(matrix) if c.id == cell_id)
     run = {**RUN, "lane": "cpu", "matrix": "cpu", "matrix_path": "matrices/cpu.toml", "key": "cpu"}
@@ -611,8 +611,8 @@ def _cpu_written(tmp_path: Path, cell_id: str) -> str:
     folder = tmp_path / cell_id
     folder.mkdir(parents=True)
     (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": [recorded]}))
-    assert main(["repro", cell_id, "--report", str(folder), "--out", str(folder / "repro.py")]) == 0
-    return (folder / "repro.py").read_text()
+    assert main(["repro", cell_id, "--report", str(folder), "--out", str(folder / "repro.py")]) == status
+    return (folder / "repro.py").read_text() if status == 0 else ""
 
 
 def test_the_cpu_and_gpu_templates_read_no_axes(tmp_path: Path) -> None:
@@ -669,3 +669,15 @@ def test_a_kernel_cells_script_carries_the_harness_s_own_target_and_draft(tmp_pa
         # A mistral_swa target has Llama's attention: no q/k norms among its tensors.
         norms = any(name.endswith("q_norm.weight") for name, _, _ in target["tensors"])
         assert norms is (family != "mistral_swa")
+
+
+def test_a_cpu_cell_of_an_fp8_draft_cache_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lane's e4m3 draft carries calibrated KV scales and its reference models CPU_ATTN's fp8
+    cache write; the script has neither, so it would report a mismatch the lane does not see."""
+    ident = "CPU_ATTN-causal-sink-bf16-dkv-fp8-v2"
+    _cpu_written(tmp_path, ident, status=2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cells.{ident}.axes.draft_kv_cache_dtype: the cpu repro does not write" in err[0], err
+    assert not (tmp_path / ident / "repro.py").exists()
