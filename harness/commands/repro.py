@@ -34,11 +34,23 @@ from harness.atomic import refuse_overlap, report_paths, write_outputs
 from harness.attention import audit
 from harness.axes import BLOCK_SIZE_UNSET
 from harness.bundled import matrix_path
-from harness.contracts.lanes import SELECTION, GpuEmulatedOptions
+from harness.contracts.lanes import CPU, GPU, SELECTION, GpuEmulatedOptions
+from harness.contracts.model import Contract
 from harness.cuda.stub_driver import SOURCE as STUB_SOURCE
 from harness.deployment.arguments import Deployment, engine_arguments
 from harness.deployment.cells import cpu_deployment, cpu_target_settings, gpu_deployment, selection_deployment
-from harness.deployment.models import SELECTION_SHAPE, V2_LOADERS, DraftTruth, config_only_target, draft_config
+from harness.deployment.models import (
+    DFLASH2_CONFIG,
+    DSPARK_MARKOV_RANK,
+    SELECTION_SHAPE,
+    V2_LOADERS,
+    DraftSpec,
+    DraftTruth,
+    ModelShape,
+    config_only_target,
+    draft_config,
+    target_config,
+)
 from harness.deployment.settings import EngineSettings, context_lens, draft_shape, draft_spec
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
@@ -120,17 +132,157 @@ def _cpu_inputs(cell: dict[str, Any], cell_id: str, matrix: Matrix | None, sourc
     options = matrix.lane_options
     contexts = context_lens(cell["axes"], options.context_lens)
     deployment = cpu_deployment(cell["axes"])
+    settings = deployment.settings
+    if (settings.draft_kv_cache_dtype or settings.kv_cache_dtype).startswith("fp8"):
+        # The lane's e4m3 draft carries calibrated per-layer k/v scales and its reference models
+        # CPU_ATTN's fp8 cache write (rounded toward zero: docs/explanation/fp8-kv.md); a script with
+        # unit scales and round-to-nearest reports a mismatch where the lane sees none.
+        key = "draft_kv_cache_dtype" if settings.draft_kv_cache_dtype else "kv_cache_dtype"
+        raise InputError(
+            source,
+            f"cells.{cell_id}.axes.{key}",
+            "the cpu repro does not write calibrated fp8 KV scales nor model CPU_ATTN's fp8 cache write yet",
+        )
     target = Deployment(cpu_target_settings(deployment.settings.method), None, deployment.dtype)
     return {
         "seed": found.seed + options.seed,
         "context_lens": list(contexts),
         "tolerance": found.tolerance,
         **_engines(deployment, target),
+        **_kernel_cell(CPU, cell["axes"], deployment, CPU_DRAFT_HEAD_DIM),
     }
 
 
 # Where a script's engine arguments name the models it writes: it puts its own paths there.
 TARGET_PLACE, DRAFT_PLACE = "<target>", "<draft>"
+
+
+# -- the checkpoints a kernel lane's script writes (cpu, gpu, gpu-emulated) ----------------------
+# A tensor as the script draws it: (name, size, how): "random" (N(0, 1) * 0.02), "ones", or
+# "sinks" (a layer's attention-sink logits, N(0, 1) * 2 + 1), each drawn in bf16 from one
+# generator in the listed order. The order and the draws are ``harness.attention.checkpoint``'s
+# (write_target, write_draft, _decoder_layer, _dflash2_weights, _dspark_weights), which imports
+# torch and so cannot be called here: tests/cpu_lane/test_repro.py checks that the script's
+# checkpoints are the lane's, tensor for tensor.
+Tensor = tuple[str, tuple[int, ...], str]
+RANDOM, ONES, SINKS = "random", "ones", "sinks"
+# write_target's and write_draft's seeds (their defaults, which the lanes keep).
+TARGET_SEED, DRAFT_SEED = 0, 1
+# The target families the kernel lanes write with weights (checkpoint.WEIGHTED_TARGETS).
+WEIGHTED_TARGETS = ("qwen3", "mistral_swa")
+# The cpu lane's drafts where the cell does not vary the head size (CpuLane.workspace: the
+# head_size axis's default); the gpu lanes' is their head_dim option.
+CPU_DRAFT_HEAD_DIM = 128
+
+
+def _decoder_tensors(shape: ModelShape, prefix: str) -> list[Tensor]:
+    hd, h = shape.head_dim, shape.hidden
+    return [
+        (f"{prefix}.self_attn.q_proj.weight", (shape.heads * hd, h), RANDOM),
+        (f"{prefix}.self_attn.k_proj.weight", (shape.kv_heads * hd, h), RANDOM),
+        (f"{prefix}.self_attn.v_proj.weight", (shape.kv_heads * hd, h), RANDOM),
+        (f"{prefix}.self_attn.o_proj.weight", (h, shape.heads * hd), RANDOM),
+        (f"{prefix}.self_attn.q_norm.weight", (hd,), ONES),
+        (f"{prefix}.self_attn.k_norm.weight", (hd,), ONES),
+        (f"{prefix}.mlp.gate_proj.weight", (shape.intermediate, h), RANDOM),
+        (f"{prefix}.mlp.up_proj.weight", (shape.intermediate, h), RANDOM),
+        (f"{prefix}.mlp.down_proj.weight", (h, shape.intermediate), RANDOM),
+        (f"{prefix}.input_layernorm.weight", (h,), ONES),
+        (f"{prefix}.post_attention_layernorm.weight", (h,), ONES),
+    ]
+
+
+def target_tensors(shape: ModelShape, family: str) -> list[Tensor]:
+    """The weighted target's tensors, as ``checkpoint.write_target`` draws them."""
+    if family not in WEIGHTED_TARGETS:
+        raise ValueError(f"no weights are written for the {family} target family (only {', '.join(WEIGHTED_TARGETS)})")
+    tensors = [
+        ("model.embed_tokens.weight", (shape.vocab, shape.hidden), RANDOM),
+        ("model.norm.weight", (shape.hidden,), ONES),
+        ("lm_head.weight", (shape.vocab, shape.hidden), RANDOM),
+    ]
+    for layer in range(shape.target_layers):
+        tensors += _decoder_tensors(shape, f"model.layers.{layer}")
+    if family == "mistral_swa":  # Llama's attention: no q/k norms
+        tensors = [t for t in tensors if not t[0].endswith(("q_norm.weight", "k_norm.weight"))]
+    return tensors
+
+
+def draft_tensors(spec: DraftSpec, shape: ModelShape) -> list[Tensor]:
+    """The draft's tensors in ``spec.method``'s weight names, as ``checkpoint.write_draft`` draws
+    them (without calibrated KV scales: the scripts write none)."""
+    tensors = [
+        ("fc.weight", (shape.hidden, shape.hidden * shape.target_layers), RANDOM),
+        ("hidden_norm.weight", (shape.hidden,), ONES),
+        ("norm.weight", (shape.hidden,), ONES),
+    ]
+    if spec.method == "dflash2":
+        taps, rank = DFLASH2_CONFIG["conv_kernel_size"], DFLASH2_CONFIG["selector_rank"]
+        groups = shape.hidden // DFLASH2_CONFIG["conv_group_size"]
+        tensors += [
+            ("candidate_selector.predecessor_codebook", (shape.vocab, rank), RANDOM),
+            ("candidate_selector.successor_codebook", (shape.vocab, rank), RANDOM),
+            ("candidate_selector.hidden_projection.weight", (rank, shape.hidden), RANDOM),
+        ]
+        for layer in range(shape.draft_layers):
+            for conv in ("attention_conv", "mlp_conv"):
+                tensors += [
+                    (f"layers.{layer}.{conv}.base_kernel", (2, taps, shape.hidden), RANDOM),
+                    (f"layers.{layer}.{conv}.kernel_projection.weight", (2 * taps * groups, shape.hidden), RANDOM),
+                ]
+    elif spec.method == "dspark":
+        tensors += [
+            ("markov_head.markov_w1.weight", (shape.vocab, DSPARK_MARKOV_RANK), RANDOM),
+            ("markov_head.markov_w2.weight", (shape.vocab, DSPARK_MARKOV_RANK), RANDOM),
+        ]
+    for layer in range(shape.draft_layers):
+        tensors += _decoder_tensors(shape, f"layers.{layer}")
+        if spec.sink:
+            tensors.append((f"layers.{layer}.self_attn.attention_sink_bias", (shape.heads,), SINKS))
+    return tensors
+
+
+def _kernel_cell(lane: Contract, axes: dict[str, Any], deployment: Deployment, head_dim: int) -> dict[str, Any]:
+    """What a kernel lane's script reads of its cell, as data (the templates read no axes): the
+    target and draft it writes (configs and tensors, ``harness.deployment.models``), each draft
+    layer's window and causality as vLLM resolves the config written (``DraftTruth``), what the
+    draft asks of its layers, and the deployment's requested backend, dtypes and loader.
+    ``head_dim``: the lane's draft head size where the cell does not vary it."""
+    spec, head_size = draft_spec(axes)
+    shape = ModelShape(head_dim=head_size or head_dim)
+    truth = DraftTruth(Path(spec.dirname), spec, shape, None)
+    family = str(lane.value(axes, "target_model"))
+    layers = range(shape.draft_layers)
+    settings = deployment.settings
+    return {
+        # The target is written in the draft's shape: its attention never runs, only its embedding
+        # and LM head, which the draft borrows, are read.
+        "target": {
+            "family": family,
+            "config": target_config(shape, family),
+            "tensors": target_tensors(shape, family),
+            "seed": TARGET_SEED,
+        },
+        "draft": {
+            "method": spec.method,
+            "shape": dataclasses.asdict(shape),
+            "config": draft_config(spec, shape),
+            "tensors": draft_tensors(spec, shape),
+            "seed": DRAFT_SEED,
+            "sink": spec.sink,
+            "window": [truth.layer_window(i) for i in layers],
+            "causal": [truth.layer_causal(i) for i in layers],
+            "any_non_causal": truth.any_non_causal,
+            "scale": truth.scale,
+            "v2_loader": list(V2_LOADERS[spec.method]),
+        },
+        "requested": deployment.requested,
+        "dtype": deployment.dtype,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        # The KV-cache dtype the draft asks for: its own (speculative_config.kv_cache_dtype), else the target's.
+        "draft_kv_cache_dtype": settings.draft_kv_cache_dtype or settings.kv_cache_dtype,
+        "loader": str(lane.value(axes, "loader")),
+    }
 
 
 def _selection_refusal(cell: dict[str, Any]) -> tuple[str, str] | None:
@@ -195,7 +347,11 @@ def _gpu_refusal(
     """Why the gpu script cannot reproduce this cell: (key under the cell, problem), or None."""
     axes = cell["axes"]
     if axes.get("method", "dflash") != "dflash":
-        return "axes.method", "the gpu repro writes DFlash drafts only (valid: dflash)"
+        # Its checkpoints would be the lane's (draft_tensors), but no GPU has checked the script's
+        # DFlash2/DSpark path (their V2 loaders, causal flags and layers) against the lane's verdicts.
+        return "axes.method", (
+            "the gpu repro builds DFlash drafts only: its DFlash2/DSpark path is not checked on a GPU (valid: dflash)"
+        )
     if lane == "gpu_emulated" and (why := EmulatedHost(GpuEmulatedOptions(), ()).unavailable(found)) is not None:
         return "axes.backend", f"unavailable on the emulated host, nothing runs there to reproduce: {why}"
     if "loader-diff" in (cell.get("verdict"), *accepted):
@@ -256,7 +412,9 @@ def _gpu_inputs(
         "head_dim": options.head_dim,
         "block_size": options.block_size,
         "graph": captured_in_graph(axes),
+        "capability": str(GPU.value(axes, "capability")),
         **_engines(deployment, target),
+        **_kernel_cell(GPU, axes, deployment, options.head_dim),
     }
     if lane != "gpu_emulated":
         return inputs, None

@@ -376,7 +376,12 @@ def test_a_cell_captured_in_a_cuda_graph_gets_an_eager_script_that_says_so(
     [
         ("gpu_emulated", "sm90-FLASH_ATTN-causal-nosink-bf16-v2", {}, "axes.backend: unavailable on the emulated host"),
         ("gpu_emulated", "sm90-FLEX_ATTENTION-causal-nosink-bf16-v1-graph", {}, "Inductor's C++ kernel"),
-        ("gpu", "sm90-auto-dspark-causal-sink-hd256-bf16-v2-long", {}, "axes.method: the gpu repro writes DFlash"),
+        (
+            "gpu",
+            "sm90-auto-dspark-causal-sink-hd256-bf16-v2-long",
+            {},
+            "axes.method: the gpu repro builds DFlash drafts only",
+        ),
         (
             "gpu",
             "sm100-FLASHINFER-noncausal-sink-bf16-v2-graph",
@@ -583,3 +588,100 @@ def test_a_target_model_cells_script_writes_the_lanes_target_and_audits_each_dra
     assert found[0] == lost
     assert _script_exit(script, ("wrong-setting", "; ".join(found)), monkeypatch)[0] == 1
     assert _script_exit(script, ("pass", "every draft layer carries its settings"), monkeypatch)[0] == 0
+
+
+# -- the kernel lanes' scripts read data, not the cell's axes ---------------------------------
+
+
+def _axis_reads(text: str) -> list[str]:
+    """Where a script's code reads the cell's axes: the name AXES, or a "axes" key (the CELL
+    payload still records them, inside its JSON string, for whoever reads the script)."""
+    return [
+        f"line {node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(text))
+        if (isinstance(node, ast.Name) and node.id == "AXES")
+        or (isinstance(node, ast.Constant) and node.value == "axes")
+    ]
+
+
+CPU_CELLS = ("CPU_ATTN-causal-sink-bf16-v2", "CPU_ATTN-dflash2-causal-sink-bf16-v2")
+
+
+def _cpu_written(tmp_path: Path, cell_id: str, status: int = 0) -> str:
+    matrix = load_matrix(matrix_path("cpu"))
+    cell = next(c for c in expand(matrix) if c.id == cell_id)
+    run = {**RUN, "lane": "cpu", "matrix": "cpu", "matrix_path": "matrices/cpu.toml", "key": "cpu"}
+    recorded = {**CELL, "id": cell.id, "lane": "cpu", "axes": dict(cell.axes), "run": "cpu"}
+    folder = tmp_path / cell_id
+    folder.mkdir(parents=True)
+    (folder / "matrix.json").write_text(json.dumps({"schema": "dflash-matrix/2", "runs": [run], "cells": [recorded]}))
+    assert main(["repro", cell_id, "--report", str(folder), "--out", str(folder / "repro.py")]) == status
+    return (folder / "repro.py").read_text() if status == 0 else ""
+
+
+def test_the_cpu_and_gpu_templates_read_no_axes(tmp_path: Path) -> None:
+    """The cell's shape and facts come into a kernel lane's script as data the harness computed
+    (``harness.deployment``), never from its axes: an axis the templates read would be one more
+    place that turns axes into configs, drifting from the lanes'."""
+    from harness.commands.repro import TEMPLATES
+
+    for lane in ("cpu", "gpu", "gpu_emulated"):
+        assert "AXES" not in TEMPLATES[lane].read_text() and _axis_reads(TEMPLATES[lane].read_text()) == []
+    scripts = {lane: _written(tmp_path, lane) for lane in ("gpu", "gpu_emulated")}
+    scripts.update({cell: _cpu_written(tmp_path, cell) for cell in CPU_CELLS})
+    for name, text in scripts.items():
+        assert "AXES" not in text and _axis_reads(text) == [], name
+
+
+def test_a_kernel_cells_script_carries_the_harness_s_own_target_and_draft(tmp_path: Path) -> None:
+    """What a cpu or gpu script writes and asks is what ``harness.deployment`` says of the cell:
+    the configs ``target_config`` and ``draft_config`` make, each layer's window and causality as
+    ``DraftTruth`` resolves them, the deployment's requested backend, dtypes and loader."""
+    from harness.deployment.cells import cpu_deployment, gpu_deployment
+    from harness.deployment.models import DraftTruth, ModelShape, draft_config
+    from harness.deployment.settings import draft_spec
+
+    matrix, cells = _bundled("gpu_emulated")
+    cases = [
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-sink-swa16-mixednative-bf16-v2"),
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-nosink-bf16-tgtmodel.mistralswa-v1"),
+        ("cpu", "CPU_ATTN-causal-sink-swa4-mixednative-bf16-v2"),
+        ("cpu", "CPU_ATTN-dflash2-causal-sink-bf16-v2"),
+    ]
+    cpu_cells = {c.id: c for c in expand(load_matrix(matrix_path("cpu")))}
+    for lane, ident in cases:
+        cell = cpu_cells[ident] if lane == "cpu" else cells[ident]
+        payload = _payload(_cpu_written(tmp_path, ident) if lane == "cpu" else _written(tmp_path, lane, ident))
+        spec, head_size = draft_spec(cell.values)
+        shape = ModelShape(head_dim=head_size or 128)
+        truth = DraftTruth(Path("draft"), spec, shape, None)
+        draft, target = payload["draft"], payload["target"]
+        assert draft["config"] == json.loads(json.dumps(draft_config(spec, shape)))
+        family = str(cell.get("target_model", "qwen3"))
+        assert target["config"] == json.loads(json.dumps(target_config(shape, family))) and target["family"] == family
+        assert draft["window"] == [truth.layer_window(i) for i in range(shape.draft_layers)]
+        assert draft["causal"] == [truth.layer_causal(i) for i in range(shape.draft_layers)]
+        assert (draft["sink"], draft["any_non_causal"]) == (spec.sink, truth.any_non_causal)
+        assert draft["scale"] == truth.scale
+        deployment = cpu_deployment(cell.values) if lane == "cpu" else gpu_deployment(cell.values, matrix.lane_options)
+        assert (payload["requested"], payload["dtype"]) == (deployment.requested, deployment.dtype)
+        assert payload["kv_cache_dtype"] == payload["engine_arguments"]["kv_cache_dtype"]
+        assert payload["loader"] == cell.get("loader", "v2")
+        names = [name for name, _, _ in draft["tensors"]]
+        assert ("candidate_selector.predecessor_codebook" in names) is (spec.method == "dflash2")
+        assert (sum(how == "sinks" for _, _, how in draft["tensors"]) == shape.draft_layers) is spec.sink
+        # A mistral_swa target has Llama's attention: no q/k norms among its tensors.
+        norms = any(name.endswith("q_norm.weight") for name, _, _ in target["tensors"])
+        assert norms is (family != "mistral_swa")
+
+
+def test_a_cpu_cell_of_an_fp8_draft_cache_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The lane's e4m3 draft carries calibrated KV scales and its reference models CPU_ATTN's fp8
+    cache write; the script has neither, so it would report a mismatch the lane does not see."""
+    ident = "CPU_ATTN-causal-sink-bf16-dkv-fp8-v2"
+    _cpu_written(tmp_path, ident, status=2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"cells.{ident}.axes.draft_kv_cache_dtype: the cpu repro does not write" in err[0], err
+    assert not (tmp_path / ident / "repro.py").exists()

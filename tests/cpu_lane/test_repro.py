@@ -3,19 +3,28 @@ that passes exits 0, and the same script with a fault planted in vLLM (CPU_ATTN'
 without the layer's sinks, ``plants.drop_sinks``) sees the mismatch and exits 1.
 
 The report is written here from the bundled cpu matrix and its expectations, as a lane run would
-record the cell; the script recomputes everything itself (checkpoint, loader, kernels, reference)."""
+record the cell; the script recomputes everything itself (checkpoint, loader, kernels, reference)
+from the data ``repro`` wrote into it, and the checkpoints it writes are the lane's, tensor for
+tensor (``harness.attention.checkpoint``)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
+from harness.attention import checkpoint
 from harness.bundled import matrix_path
 from harness.cli import main
+from harness.commands import repro
+from harness.deployment.models import ModelShape
+from harness.deployment.settings import draft_spec
 from harness.expectations import expectations_for
 from harness.matrix import expand, load_matrix
 
@@ -25,13 +34,13 @@ CELL_ID = "CPU_ATTN-causal-sink-bf16-v2"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _report(folder: Path) -> Path:
+def _report(folder: Path, cell_id: str = CELL_ID) -> Path:
     matrix = load_matrix(matrix_path("cpu"))
-    cell = next(c for c in expand(matrix) if c.id == CELL_ID)
+    cell = next(c for c in expand(matrix) if c.id == cell_id)
     expected = expectations_for(matrix, "0.32.0").for_cell(cell)
     run = {"lane": "cpu", "key": "cpu", "matrix": "cpu", "matrix_path": "matrices/cpu.toml", "vllm_version": "0.32.0"}
     recorded = {
-        "id": CELL_ID,
+        "id": cell_id,
         "lane": "cpu",
         "run": "cpu",
         "axes": dict(cell.axes),
@@ -67,3 +76,44 @@ def test_the_repro_of_a_passing_cell_exits_0_and_with_a_planted_fault_exits_1(tm
     planted = _run(script, "drop_sinks")
     assert planted.returncode == 1, planted.stdout[-3000:] + planted.stderr[-3000:]
     assert "observed: mismatch" in planted.stdout and "FAILURE REPRODUCES" in planted.stdout
+
+
+@pytest.mark.parametrize(
+    "cell_id",
+    [
+        CELL_ID,
+        "CPU_ATTN-causal-sink-swa4-mixednative-bf16-v2",
+        "CPU_ATTN-causal-sink-hd64-bf16-dkv-bfloat16-v2-long",
+        "CPU_ATTN-causal-sink-bf16-tgtmodel.mistralswa-v2",
+        "CPU_ATTN-dflash2-causal-sink-bf16-v2",
+        "CPU_ATTN-dspark-causal-sink-bf16-v2",
+    ],
+)
+def test_the_script_writes_the_lanes_checkpoints_tensor_for_tensor(tmp_path: Path, cell_id: str) -> None:
+    """``repro`` lists the tensors without torch (``draft_tensors``, ``target_tensors``); drawn by the
+    script, they are what ``checkpoint.write_draft`` and ``write_target`` write for the cell: the same
+    configs, names, shapes and values, and the same sink logits for the reference. (The script's
+    target has the draft's shape; only its embedding and LM head, which the draft borrows, are read.)"""
+    script = tmp_path / "repro.py"
+    assert main(["repro", cell_id, "--report", str(_report(tmp_path / "report", cell_id)), "--out", str(script)]) == 0
+    namespace: dict[str, object] = {"__name__": "repro"}
+    exec(compile(script.read_text(), str(script), "exec"), namespace)
+    (tmp_path / "script").mkdir()
+    written_target = namespace["write_target"](tmp_path / "script")  # type: ignore[operator]
+    written_draft, sinks = namespace["write_draft"](tmp_path / "script")  # type: ignore[operator]
+
+    cell = next(c for c in expand(load_matrix(matrix_path("cpu"))) if c.id == cell_id)
+    spec, head_size = draft_spec(cell.values)
+    shape = ModelShape(head_dim=head_size or repro.CPU_DRAFT_HEAD_DIM)
+    truth = checkpoint.write_draft(tmp_path / "lane", spec, shape)
+    target = checkpoint.write_target(tmp_path / "lane", shape, family=str(cell.get("target_model", "qwen3")))
+    for ours, lanes in ((written_draft, truth.path), (written_target, target)):
+        config = json.loads((ours / "config.json").read_text())
+        assert config == json.loads((lanes / "config.json").read_text())
+        tensors, expected = torch.load(ours / "pytorch_model.bin"), load_file(lanes / "model.safetensors")
+        assert sorted(tensors) == sorted(expected)
+        assert all(torch.equal(tensors[name], expected[name]) for name in tensors), ours.name
+    assert sinks == (None if truth.sinks is None else [list(layer) for layer in truth.sinks])
+    assert repro.WEIGHTED_TARGETS == checkpoint.WEIGHTED_TARGETS
+    seeds = (inspect.signature(checkpoint.write_target), inspect.signature(checkpoint.write_draft))
+    assert tuple(s.parameters["seed"].default for s in seeds) == (repro.TARGET_SEED, repro.DRAFT_SEED)
