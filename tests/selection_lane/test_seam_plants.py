@@ -154,3 +154,29 @@ def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_a
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
     # The bfloat16 targets' cells here are the control: the checkpoint's dtype is theirs.
     assert any(r.ok and r.axes["target_dtype"] == "bfloat16" for r in results)
+
+
+def _on_flash_attn_impl(result: CellResult) -> bool:
+    return any("(FlashAttentionImpl," in line for line in result.details.get("draft_layers", ()))
+
+
+def test_an_unlisted_impl_attribute_forced_on_the_draft_is_wrong_setting_exactly_on_its_cells() -> None:
+    # SM90's FLASH_ATTN requests: FlashAttentionImpl drafts on both loaders and every method, the
+    # other loaders (V1, DSpark) are the controls the plant does not reach.
+    results = _plant_run(
+        "force_flash_attn_version", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN"
+    )
+    planted = {r.id for r in results if _built_by_load_dflash_model(r.axes) and _on_flash_attn_impl(r)}
+    should = {r.id for r in results if r.id in planted and r.expected == Verdict.PASS}
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    assert should and set(changed) == should, (sorted(should), sorted(changed))
+    named = f"impl.{seam_plants.FLASH_ATTN_VERSION} is "
+    for result in changed.values():
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+        assert named in result.message and "the draft asked for" in result.message, result.message
+    for result in results:
+        # Where the named audits already decide the verdict, the provenance audit's finding is in
+        # the details only; nowhere else does it name the attribute.
+        found = " ".join(result.details.get("provenance", {}).get("differences", ()))
+        assert (named in found) == (result.id in planted), (result.id, found)
+    assert any(r.ok and r.axes["loader"] == "v1" and _on_flash_attn_impl(r) for r in results)

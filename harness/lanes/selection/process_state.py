@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.attention import audit, kv_cache
+from harness.attention import audit, kv_cache, provenance
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.draft import engine_config
@@ -78,6 +78,8 @@ class BuiltDraft:
     kv_cache_missing: str | None = None
     # What the engine's start-up did with these layers where it did not lay the cache out.
     startup: StartupStop | None = None
+    # Every other attribute and config field against what the draft asked (issue 38).
+    provenance: provenance.Judgement | None = None
 
 
 class _V1Refusal(Exception):
@@ -221,6 +223,8 @@ class ProcessState:
         spec, _ = draft_spec(cell.values)
         wanted = audit.asked(self.checkpoints.draft(spec, self.head_size(cell)), self.requested(cell))
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
+        if layers.provenance is not None:
+            details["provenance"] = provenance.details(layers.provenance)
         if layers.startup is not None:
             # The engine stops at start-up with these layers: no request is ever served, so that is
             # the verdict, whatever the layers carry (their settings stay in the details).
@@ -239,6 +243,10 @@ class ProcessState:
             details["kv_cache"] = layers.kv_cache.details()
             # The draft's metadata built for another block size than the cache it is bound to.
             lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
+        if not lost and layers.provenance is not None:
+            # The provenance audit decides only where the named audits found nothing, so their
+            # verdicts and messages stay as they were (issue 38); its findings are in the details.
+            lost = tuple(str(found) for found in provenance.verdict_differences(layers.provenance))
         if lost:
             if rejection is not None:
                 # Both facts stand: the platform refuses the request, yet a draft was built (the loader
@@ -331,6 +339,7 @@ class ProcessState:
             init_single_process_group,
             load_draft,
             load_target,
+            recording_loads,
             v1_refusal,
         )
 
@@ -356,7 +365,8 @@ class ProcessState:
                 raise _TargetNotBuilt(str(error)) from error
             target_layers = tuple(kv_cache.attention_layers(config))
             try:
-                loaded = load_draft(loader, target, config, apis.torch.device("cpu"), method)
+                with recording_loads() as loads:
+                    loaded = load_draft(loader, target, config, apis.torch.device("cpu"), method)
             except LoaderUnavailable as why:
                 raise ApiUnavailable(f"this vLLM release has {why}") from None
             modules = [
@@ -369,6 +379,7 @@ class ProcessState:
             settings = tuple(
                 audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
+            judged = self.provenance(cell, config, loads[-1] if loads else None, modules)
             missing = kv_cache.missing_api()
             layout = None
             startup = None
@@ -389,7 +400,32 @@ class ProcessState:
             kv_cache=layout,
             kv_cache_missing=missing,
             startup=startup,
+            provenance=judged,
         )
+
+    def provenance(
+        self, cell: Cell, config: Any, draft_config: Any, modules: list[tuple[str, Any]]
+    ) -> provenance.Judgement:
+        """The provenance audit (``harness.attention.provenance``) of the draft just built: its
+        layers against reference layers built for what it asked, its effective config (the one its
+        loader gave ``get_model``) against the target's and the documented overrides. Runs under
+        the cell's config, before the KV cache is laid out."""
+        from harness.attention.draft import asked_draft_config, layer_provenance
+
+        spec, _ = draft_spec(cell.values)
+        truth = self.checkpoints.draft(spec, self.head_size(cell))
+        speculative = provenance.read(config.speculative_config).values
+        overrides = provenance.documented_overrides(speculative, truth.any_non_causal)
+        dtype = getattr(self.apis.torch, str(SELECTION.value(cell.values, "target_dtype")))
+        layers = provenance.judge_layers(layer_provenance(modules, truth, asked_draft_config(config, overrides), dtype))
+        if draft_config is None:
+            return provenance.combine(
+                layers, provenance.Judgement((), ("draft config: no model load was recorded",), {})
+            )
+        target = provenance.config_fields(config)
+        draft = provenance.config_fields(draft_config)
+        method = str(cell.get("method", "dflash"))
+        return provenance.combine(layers, provenance.judge_config(draft, target, overrides, method))
 
     def lay_out_kv_cache(
         self, cell: Cell, loader: str, config: Any, target_layers: tuple[str, ...], loaded: Any
