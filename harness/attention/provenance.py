@@ -44,6 +44,11 @@ IDENTITY: Mapping[str, str] = {
     "layer_name": "the layer's own name (the reference is named apart so it registers nowhere)",
 }
 
+# Config fields that name the config object itself, not a setting of the draft's.
+CONFIG_IDENTITY: Mapping[str, str] = {
+    "instance_id": "VllmConfig.__post_init__ draws a new one for every config, so for every replace() (config/vllm.py)",
+}
+
 # Marks a proposer puts on every draft layer after the build, judged against the mark itself (the
 # reference is built by no proposer): vLLM 0.33.0 llm_base_proposer.py:1335 (V1, in load_model),
 # v1/worker/gpu/spec_decode/speculator.py:242 (V2, at start-up, after this audit reads the layers).
@@ -282,7 +287,7 @@ def judge_config(draft: Attributes, target: Attributes, overrides: tuple[Overrid
     for name, rule in draft.skipped.items():
         skipped.setdefault(rule, set()).add(name)
     for key, value in draft.values.items():
-        if key.split(".", 1)[0] in sections:
+        if key.split(".", 1)[0] in sections or key in CONFIG_IDENTITY:
             continue
         if key in own:
             want = own[key]

@@ -158,3 +158,9 @@ def test_a_proposers_mark_is_judged_against_the_mark() -> None:
     (found,) = judge_layers((_marked(False),)).differences
     assert str(found) == f"{LAYER}: layer.is_draft_layer is False, the draft asked for True"
     assert judge_layers((_marked(True),)).differences == ()
+
+
+def test_the_configs_own_instance_id_is_no_setting() -> None:
+    target = config_fields(SimpleNamespace(instance_id="1", shutdown_timeout=0))
+    draft = config_fields(SimpleNamespace(instance_id="2", shutdown_timeout=5))
+    assert [d.setting for d in judge_config(draft, target, (), "dflash").differences] == ["shutdown_timeout"]
