@@ -243,10 +243,6 @@ class ProcessState:
             details["kv_cache"] = layers.kv_cache.details()
             # The draft's metadata built for another block size than the cache it is bound to.
             lost += tuple(str(found) for found in kv_cache.disagreements(layers.kv_cache))
-        if not lost and layers.provenance is not None:
-            # The provenance audit decides only where the named audits found nothing, so their
-            # verdicts and messages stay as they were (issue 38); its findings are in the details.
-            lost = tuple(str(found) for found in provenance.verdict_differences(layers.provenance))
         if lost:
             if rejection is not None:
                 # Both facts stand: the platform refuses the request, yet a draft was built (the loader
@@ -260,6 +256,13 @@ class ProcessState:
             # the request on (wrong-backend), and the verdict must not read 'unsupported'.
             details["draft"] = "built although the platform rejects the request: the loader lost it"
             return seen(platform_refusal=rejection, observed_backends=observed)
+        # The provenance audit decides only a cell every other check passes, so the verdicts and
+        # messages the matrix records stay as they are (issue 38); elsewhere its findings are in the
+        # details alone.
+        found = provenance.verdict_differences(layers.provenance) if layers.provenance is not None else ()
+        if found and all(backend == platform_choice for backend in observed):
+            lost = tuple(str(difference) for difference in found)
+            return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         return seen(platform_choice=platform_choice, observed_backends=observed)
 
     def selector_config(self, cell: Cell) -> Any:
