@@ -323,9 +323,14 @@ def combine(*judgements: Judgement) -> Judgement:
     )
 
 
-# Differences vLLM really produces that the cell's details record but the verdict does not take
-# yet: each changes cells the matrix already judges, so the lead decides (issue 38).
+# Differences the cell's details record but the verdict does not take: one another comparison
+# judges, or one vLLM really produces that would change cells the matrix already judges (the lead
+# decides those, issue 38).
 HELD: Mapping[str, str] = {
+    "attention_config.backend": (
+        "the backend each draft layer carries is the verdict's own comparison (wrong-backend against the "
+        "platform's choice); the config field that carries the request is recorded beside it"
+    ),
     "cache_config.user_specified_block_size": (
         "vLLM's config replace() keeps init fields only (config/utils.py replace), so the draft's copied "
         "CacheConfig gets the already-defaulted block_size as an argument and _apply_block_size_default "

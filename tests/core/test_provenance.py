@@ -119,8 +119,10 @@ def test_a_documented_override_is_what_the_draft_asked_for() -> None:
     }
     target = _config(attention_config={"backend": None, "use_non_causal": False}, cache_config={"cache_dtype": "auto"})
     draft = _config(attention_config={"backend": None, "use_non_causal": True}, cache_config={"cache_dtype": "fp8"})
-    (found,) = judge_config(draft, target, overrides, "dflash").differences
+    judged = judge_config(draft, target, overrides, "dflash")
+    (found,) = judged.differences
     assert str(found) == "draft config: attention_config.backend is none, the draft asked for FLASH_ATTN"
+    assert verdict_differences(judged) == ()  # the backend is the verdict's own comparison
 
 
 def test_an_unset_override_is_no_override() -> None:
