@@ -13,7 +13,8 @@ impl, and every plain field of the draft's effective ``VllmConfig`` (the one the
 - a config field with the target's value, where the draft asked nothing (vLLM's documented rule:
   ``_DRAFT_VLLM_CONFIG_OVERRIDES`` in ``config/speculative.py`` overrides "only when set", and
   ``SpeculativeConfig.apply_draft_overrides``: "an unset field keeps whatever the target
-  resolved"), or with the draft's own value where a loader documents the override (``OVERRIDES``).
+  resolved"), or with the draft's own value where a loader documents the override
+  (``documented_overrides``).
 
 Everything here is pure over plain data: ``plain`` and ``read`` duck-type the objects (no vLLM
 or torch import), the comparisons take mappings. The child reads the objects; the verdict is
@@ -73,15 +74,20 @@ JUDGED_BY_AUDIT: frozenset[str] = frozenset(
     }
 )
 
-# The parts of the draft's VllmConfig this audit reads: every attribute whose value is a config
-# object (its class name ends in "Config": model, cache, attention, parallel, compilation, kernel,
-# scheduler, load, device, quant, speculative, ...), field by field, and every plain top-level field.
+# The parts of the draft's VllmConfig this audit reads: every attribute whose value is a vLLM
+# config object (its class name ends in "Config": model, cache, attention, parallel, compilation,
+# kernel, scheduler, load, device, quant, speculative, ...), field by field, and the configs nested
+# in those (compilation_config.pass_config, parallel_config.eplb_config, ...) down to SECTION_DEPTH;
+# and every plain top-level field. A Hugging Face config (model_config.hf_config) is the checkpoint's,
+# not vLLM's derivation: skipped as an object.
 SECTION_SUFFIX = "Config"
+SECTION_DEPTH = 3
 
 
 def is_section(value: Any) -> bool:
-    """A sub-config of a VllmConfig (read field by field), by its class name."""
-    return type(value).__name__.endswith(SECTION_SUFFIX) and hasattr(value, "__dict__")
+    """A vLLM sub-config of a VllmConfig (read field by field), by its class name and module."""
+    kind = type(value)
+    return kind.__name__.endswith(SECTION_SUFFIX) and kind.__module__.startswith("vllm") and hasattr(value, "__dict__")
 
 
 # Sections a loader derives for the draft by a rule of its own that no single inherited or asked
@@ -150,22 +156,26 @@ def read(obj: Any) -> Attributes:
 
 
 def config_fields(config: Any) -> Attributes:
-    """The plain fields of a VllmConfig: each section's (``is_section``) keyed ``section.field``, each
-    plain top-level field by its name; anything else skipped by its rule."""
+    """The plain fields of a VllmConfig: each section's (``is_section``, nested ones too) keyed by
+    its path (``section.field``, ``section.nested.field``), each plain top-level field by its name;
+    anything else skipped by its rule."""
     values: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    for name, value in sorted(vars(config).items()):
-        if is_section(value):
-            found = read(value)
-            values.update({f"{name}.{field}": got for field, got in found.values.items()})
-            skipped.update({f"{name}.{field}": rule for field, rule in found.skipped.items()})
+    _walk(config, "", 0, values, skipped)
+    return Attributes(values, skipped)
+
+
+def _walk(obj: Any, prefix: str, depth: int, values: dict[str, Any], skipped: dict[str, str]) -> None:
+    for name, value in sorted(vars(obj).items()):
+        key = f"{prefix}{name}"
+        if depth < SECTION_DEPTH and is_section(value):
+            _walk(value, f"{key}.", depth + 1, values, skipped)
             continue
         ok, got = plain(value)
         if ok:
-            values[name] = got
+            values[key] = got
         else:
-            skipped[name] = got
-    return Attributes(values, skipped)
+            skipped[key] = got
 
 
 @dataclass(frozen=True)

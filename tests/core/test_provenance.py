@@ -89,7 +89,11 @@ def test_skipped_attributes_are_listed_by_rule() -> None:
 
 
 class CacheConfig(SimpleNamespace):
-    """A stand-in section: read field by field because its class name ends in Config."""
+    """A stand-in section: read field by field because its class name ends in Config (and it
+    passes for vLLM's: is_section reads the module)."""
+
+
+CacheConfig.__module__ = "vllm.config.cache"
 
 
 def _config(**sections: dict[str, object]) -> Attributes:
@@ -97,10 +101,20 @@ def _config(**sections: dict[str, object]) -> Attributes:
 
 
 def test_a_config_is_read_section_by_section_and_its_plain_top_level_fields_by_name() -> None:
-    config = SimpleNamespace(cache_config=CacheConfig(block_size=16), instance_id="a", additional_config={})
+    nested = CacheConfig(level=2)
+    hf_config = type("Qwen3Config", (SimpleNamespace,), {})(head_dim=128)  # a checkpoint's, not vLLM's
+    config = SimpleNamespace(
+        cache_config=CacheConfig(block_size=16, pass_config=nested, hf_config=hf_config),
+        instance_id="a",
+        additional_config={},
+    )
     read_back = config_fields(config)
-    assert read_back.values == {"cache_config.block_size": 16, "instance_id": "a"}
-    assert read_back.skipped == {"additional_config": "container"}
+    assert read_back.values == {
+        "cache_config.block_size": 16,
+        "cache_config.pass_config.level": 2,
+        "instance_id": "a",
+    }
+    assert read_back.skipped == {"additional_config": "container", "cache_config.hf_config": "object"}
 
 
 def test_a_config_field_the_draft_did_not_set_inherits_the_targets() -> None:
