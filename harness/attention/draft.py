@@ -12,6 +12,7 @@ import contextlib
 import copy
 import functools
 import importlib
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,8 +378,11 @@ def reference_layer(attn: Any, truth: DraftTruth, index: int, asked_config: Any,
                 attn_backend=attn.attn_backend,
                 **extra,
             )
-            if hasattr(reference, "process_weights_after_loading"):
-                reference.process_weights_after_loading(dtype)
+            finish = getattr(reference, "process_weights_after_loading", None)
+            if finish is not None:
+                # vLLM 0.33.0's loader passes the model dtype (model_loader/utils.py), 0.34.0's
+                # finalize_model_weights nothing (the layer keeps its act_dtype).
+                finish(*((dtype,) if inspect.signature(finish).parameters else ()))
             reference.eval()  # BaseModelLoader.load_model returns model.eval()
     finally:
         torch.set_default_dtype(before)
