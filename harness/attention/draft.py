@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import inspect
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.attention import provenance
 from harness.attention.apis import ApiUnavailable, config_gap, unregistered_architecture, vllm_apis
 from harness.deployment.arguments import Deployment, engine_arguments
 from harness.deployment.models import V2_LOADERS, DraftTruth
@@ -366,3 +368,83 @@ def settle_kv_cache(vllm_config: Any, layers: list[Any]) -> None:
     supported = [layout.name for layout in get_supported_kv_cache_layouts(backends)]
     specs = [attn.get_kv_cache_spec(vllm_config) for attn in layers]
     resolve_kv_cache_layout(vllm_config, [supported], specs)
+
+
+def asked_draft_config(target_config: Any, overrides: tuple[provenance.Override, ...]) -> Any:
+    """The config vLLM documents giving the draft (``provenance.documented_overrides`` on the
+    target's), registering nothing: a shallow copy with copies of the sections it changes and a
+    compilation config whose layer registry is empty, so a reference layer built under it
+    reaches neither the target's nor the draft's KV cache. An override's value is the raw one
+    from the speculative config (``provenance.OVERRIDE_SOURCES``), the plain copy only text."""
+    speculative = target_config.speculative_config
+    asked = copy.copy(target_config)
+    for section in {override.key.split(".", 1)[0] for override in overrides} | {"compilation_config"}:
+        setattr(asked, section, copy.copy(getattr(target_config, section)))
+    for override in overrides:
+        section, name = override.key.split(".", 1)
+        source = provenance.OVERRIDE_SOURCES.get(override.key)
+        setattr(getattr(asked, section), name, override.value if source is None else getattr(speculative, source))
+    asked.compilation_config.static_forward_context = {}
+    return asked
+
+
+def reference_layer(attn: Any, truth: DraftTruth, index: int, asked_config: Any, dtype: torch.dtype) -> Any:
+    """vLLM's own attention layer for what draft layer ``index`` asked (its checkpoint's heads,
+    head size, scale, per-layer window and sinks; its quant config: none), of the draft layer's
+    own class, on the backend it carries (the backend is judged by the verdict, not here) and
+    with its attention type (the model class decides it from the draft's own checkpoint), built
+    and post-processed the way ``get_model`` builds and post-processes the draft's, under
+    ``asked_config`` (``asked_draft_config``) in the draft's model dtype."""
+    from vllm.config import set_current_vllm_config
+
+    shape = truth.shape
+    extra: dict[str, Any] = {}
+    if truth.spec.sink:
+        extra["sinks"] = torch.zeros(shape.heads, dtype=torch.float32)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with set_current_vllm_config(asked_config):
+            reference = type(attn)(
+                shape.heads,
+                shape.head_dim,
+                truth.scale,
+                num_kv_heads=shape.kv_heads,
+                cache_config=asked_config.cache_config,
+                quant_config=None,
+                per_layer_sliding_window=truth.layer_window(index) or None,
+                prefix=f"provenance-reference.{attn.layer_name}",
+                attn_type=attn.attn_type,
+                attn_backend=attn.attn_backend,
+                **extra,
+            )
+            finish = getattr(reference, "process_weights_after_loading", None)
+            if finish is not None:
+                # vLLM 0.33.0's loader passes the model dtype (model_loader/utils.py), 0.34.0's
+                # finalize_model_weights nothing (the layer keeps its act_dtype).
+                finish(*((dtype,) if inspect.signature(finish).parameters else ()))
+            reference.eval()  # BaseModelLoader.load_model returns model.eval()
+    finally:
+        torch.set_default_dtype(before)
+    return reference
+
+
+def layer_provenance(
+    modules: list[tuple[str, Any]], truth: DraftTruth, asked_config: Any, dtype: torch.dtype
+) -> tuple[provenance.LayerProvenance, ...]:
+    """Each draft attention layer's and impl's attributes beside its reference's; a reference
+    vLLM does not build here is recorded with why (the audit lists that layer as not judged)."""
+    layers = []
+    for index, (name, attn) in enumerate(modules):
+        own = provenance.read(attn)
+        own_impl = provenance.read(attn.impl)
+        try:
+            reference = reference_layer(attn, truth, index, asked_config, dtype)
+        except Exception as error:  # a release whose Attention takes other arguments: not judged, said so
+            why = f"vLLM did not build it: {type(error).__name__}: {str(error)[:200]}"
+            layers.append(provenance.LayerProvenance(name, own, own_impl, why=why))
+            continue
+        layers.append(
+            provenance.LayerProvenance(name, own, own_impl, provenance.read(reference), provenance.read(reference.impl))
+        )
+    return tuple(layers)

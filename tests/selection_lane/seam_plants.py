@@ -203,3 +203,33 @@ def _install_packed_target_wins() -> None:
         "cache_dtype=_packed_target_wins(vllm_config.cache_config.cache_dtype, speculative_config.kv_cache_dtype),",
         {"_packed_target_wins": _packed_target_wins},
     )
+
+
+# The FlashAttention version vLLM picks for a layer (FlashAttentionImpl.__init__,
+# get_flash_attn_version over its head size): an attribute of the impl no named audit lists.
+FLASH_ATTN_VERSION = "vllm_flash_attn_version"
+
+
+def force_flash_attn_version(lane: SelectionLane) -> None:
+    """Runner plant: Model Runner V2's DFlash loader (dflash, dflash2) hands every draft layer built
+    on ``FlashAttentionImpl`` another FlashAttention version than vLLM chose for it, as a version
+    forced from the target's engine would: only the provenance audit reads that attribute."""
+    lane.after_install(_install_flash_attn_version)
+
+
+def _install_flash_attn_version() -> None:
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    load_dflash_model = loader_module.load_dflash_model
+
+    @functools.wraps(load_dflash_model)
+    def planted(target_model: Any, vllm_config: Any) -> Any:
+        model = load_dflash_model(target_model, vllm_config)
+        for module in model.modules():
+            impl = getattr(module, "impl", None)
+            if type(impl).__name__ == "FlashAttentionImpl":
+                chosen = getattr(impl, FLASH_ATTN_VERSION)
+                setattr(impl, FLASH_ATTN_VERSION, 2 if chosen != 2 else 3)
+        return model
+
+    loader_module.load_dflash_model = planted

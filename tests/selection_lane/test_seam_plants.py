@@ -154,3 +154,39 @@ def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_a
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
     # The bfloat16 targets' cells here are the control: the checkpoint's dtype is theirs.
     assert any(r.ok and r.axes["target_dtype"] == "bfloat16" for r in results)
+
+
+def _on_flash_attn_impl(result: CellResult) -> bool:
+    return any("(FlashAttentionImpl," in line for line in result.details.get("draft_layers", ()))
+
+
+def _layers_judged(result: CellResult) -> bool:
+    # A release whose Attention vLLM cannot build as a reference leaves its layers not judged (said
+    # so in the details); there the plant has no audit to meet, and `should` below comes out empty.
+    found = result.details.get("provenance")
+    return found is not None and not any(": no reference (" in line for line in found["not_judged"])
+
+
+def test_an_unlisted_impl_attribute_forced_on_the_draft_is_wrong_setting_exactly_on_its_cells() -> None:
+    # SM90's FLASH_ATTN requests: FlashAttentionImpl drafts on both loaders and every method, the
+    # other loaders (V1, DSpark) are the controls the plant does not reach.
+    results = _plant_run(
+        "force_flash_attn_version", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN"
+    )
+    planted = {
+        r.id for r in results if _built_by_load_dflash_model(r.axes) and _on_flash_attn_impl(r) and _layers_judged(r)
+    }
+    should = {r.id for r in results if r.id in planted and r.expected == Verdict.PASS}
+    changed = {r.id: r for r in results if r.verdict != r.expected}
+    assert should and set(changed) == should, (sorted(should), sorted(changed))
+    named = f"impl.{seam_plants.FLASH_ATTN_VERSION} is "
+    for result in changed.values():
+        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
+        assert named in result.message and "the draft asked for" in result.message, result.message
+    for result in results:
+        # Where the named audits already decide the verdict, the provenance audit's finding is in
+        # the details only; nowhere else does it name the attribute.
+        found = " ".join(result.details.get("provenance", {}).get("differences", ()))
+        assert (named in found) == (result.id in planted), (result.id, found)
+    # The controls: FlashAttentionImpl drafts another loader built (V1 where the release has it, DSpark).
+    assert any(r.ok and _on_flash_attn_impl(r) and not _built_by_load_dflash_model(r.axes) for r in results)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.attention import audit, draft_options, kv_cache
+from harness.attention import audit, draft_options, kv_cache, provenance
 from harness.attention.apis import ApiUnavailable, vllm_apis
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.draft import engine_config
@@ -84,6 +84,8 @@ class BuiltDraft:
     startup: StartupStop | None = None
     # Whether the cell's draft_option reached the draft (harness.attention.draft_options).
     option: draft_options.OptionCheck | None = None
+    # Every other attribute and config field against what the draft asked (issue 38).
+    provenance: provenance.Judgement | None = None
 
 
 class _V1Refusal(Exception):
@@ -324,6 +326,8 @@ class ProcessState:
             details["draft_option"] = {"read": layers.option.read, "not_judged": list(layers.option.not_judged)}
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
         lost += layers.option.lost if layers.option is not None else ()
+        if layers.provenance is not None:
+            details["provenance"] = provenance.details(layers.provenance)
         if layers.startup is not None:
             return self.stopped_at_startup(layers.startup, answered, details)
         if layers.kv_cache is None:
@@ -345,6 +349,13 @@ class ProcessState:
             # the request on (wrong-backend), and the verdict must not read 'unsupported'.
             details["draft"] = "built although the platform rejects the request: the loader lost it"
             return seen(platform_refusal=rejection, observed_backends=observed)
+        # The provenance audit decides only a cell every other check passes, so the verdicts and
+        # messages the matrix records stay as they are (issue 38); elsewhere its findings are in the
+        # details alone.
+        found = provenance.verdict_differences(layers.provenance) if layers.provenance is not None else ()
+        if found and all(backend == platform_choice for backend in observed):
+            lost = tuple(str(difference) for difference in found)
+            return seen(platform_choice=platform_choice, observed_backends=observed, lost_settings=lost)
         return seen(platform_choice=platform_choice, observed_backends=observed)
 
     @staticmethod
@@ -492,6 +503,8 @@ class ProcessState:
             settings = tuple(
                 audit.effective(module, config, flag) for (_, module), flag in zip(modules, causal, strict=True)
             )
+            # The draft's effective config: the one its loader handed get_model (draft.recording_builds).
+            judged = self.provenance(cell, config, loaded.build.vllm_config if loaded.build else None, modules)
             missing = kv_cache.missing_api()
             layout = None
             startup = None
@@ -513,7 +526,31 @@ class ProcessState:
             kv_cache_missing=missing,
             startup=startup,
             option=draft_options.check(option, config, loaded.build) if option != NO_OPTION else None,
+            provenance=judged,
         )
+
+    def provenance(
+        self, cell: Cell, config: Any, draft_config: Any, modules: list[tuple[str, Any]]
+    ) -> provenance.Judgement:
+        """The provenance audit (``harness.attention.provenance``) of the draft just built: its
+        layers against reference layers built for what it asked, its effective config (the one its
+        loader gave ``get_model``) against the target's and the documented overrides. Runs under
+        the cell's config, before the KV cache is laid out."""
+        from harness.attention.draft import asked_draft_config, layer_provenance
+
+        truth = self.draft_truth(cell)
+        speculative = provenance.read(config.speculative_config).values
+        overrides = provenance.documented_overrides(speculative, truth.any_non_causal)
+        dtype = getattr(self.apis.torch, str(SELECTION.value(cell.values, "target_dtype")))
+        layers = provenance.judge_layers(layer_provenance(modules, truth, asked_draft_config(config, overrides), dtype))
+        if draft_config is None:
+            return provenance.combine(
+                layers, provenance.Judgement((), ("draft config: no model load was recorded",), {})
+            )
+        target = provenance.config_fields(config)
+        draft = provenance.config_fields(draft_config)
+        method = str(cell.get("method", "dflash"))
+        return provenance.combine(layers, provenance.judge_config(draft, target, overrides, method))
 
     def lay_out_kv_cache(
         self, cell: Cell, loader: str, config: Any, target: Any, target_layers: tuple[str, ...], loaded: Any
