@@ -232,6 +232,8 @@ def v2_speculator(draft_config: Any, draft_layers: set[str], device: Any) -> Spe
             vllm_config=draft_config,
             device=device,
             num_query_per_req=1 + int(speculative.num_speculative_tokens),
+            # 0.34.0 sizes the manager's decode query lengths by it (DraftModelSpeculator.__init__).
+            max_num_reqs=draft_config.scheduler_config.max_num_seqs,
         )
         with mock.patch.object(dflash, "DFlashCudaGraphManager", _ModeRecorder):
             dflash.DFlashSpeculator.init_cudagraph_manager(state, runner_mode)
