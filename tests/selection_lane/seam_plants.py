@@ -205,19 +205,20 @@ def _install_packed_target_wins() -> None:
     )
 
 
-# The FlashAttention version vLLM picks for a layer (FlashAttentionImpl.__init__,
-# get_flash_attn_version over its head size): an attribute of the impl no named audit lists.
-FLASH_ATTN_VERSION = "vllm_flash_attn_version"
+# Whether FlashAttention runs batch-invariant (FlashAttentionImpl.__init__ reads the engine's
+# VLLM_BATCH_INVARIANT): an attribute of the impl no named audit lists. (The FlashAttention
+# version, the first choice, is a named setting since the audit reads it: target-packed-kv-forces-fa2-on-draft.)
+UNLISTED_IMPL_ATTRIBUTE = "batch_invariant_enabled"
 
 
-def force_flash_attn_version(lane: SelectionLane) -> None:
-    """Runner plant: Model Runner V2's DFlash loader (dflash, dflash2) hands every draft layer built
-    on ``FlashAttentionImpl`` another FlashAttention version than vLLM chose for it, as a version
-    forced from the target's engine would: only the provenance audit reads that attribute."""
-    lane.after_install(_install_flash_attn_version)
+def force_batch_invariance(lane: SelectionLane) -> None:
+    """Runner plant: Model Runner V2's DFlash loader (dflash, dflash2) turns batch invariance the
+    other way on every draft layer built on ``FlashAttentionImpl``, as a mode forced from the
+    target's engine would: only the provenance audit reads that attribute."""
+    lane.after_install(_install_batch_invariance)
 
 
-def _install_flash_attn_version() -> None:
+def _install_batch_invariance() -> None:
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
     load_dflash_model = loader_module.load_dflash_model
@@ -228,8 +229,7 @@ def _install_flash_attn_version() -> None:
         for module in model.modules():
             impl = getattr(module, "impl", None)
             if type(impl).__name__ == "FlashAttentionImpl":
-                chosen = getattr(impl, FLASH_ATTN_VERSION)
-                setattr(impl, FLASH_ATTN_VERSION, 2 if chosen != 2 else 3)
+                setattr(impl, UNLISTED_IMPL_ATTRIBUTE, not getattr(impl, UNLISTED_IMPL_ATTRIBUTE))
         return model
 
     loader_module.load_dflash_model = planted

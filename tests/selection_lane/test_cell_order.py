@@ -29,6 +29,11 @@ CELLS = [
     and cell.values["backend"] in ("FLASH_ATTN", "auto")
     and cell.values["loader"] == "v2"
     and cell.values.get("target_attention") == "auto"
+    # The axes issue 38 added, at their defaults: the memo's reach is the target's dtype and model.
+    and cell.values.get("draft_option", "none") == "none"
+    and cell.values.get("draft_heads", "2/1") == "2/1"
+    and cell.values.get("kv_cache_dtype", "auto") in ("auto", "fp8", "fp8_e5m2")
+    and cell.values.get("cudagraph", "eager") == "eager"
 ]
 
 

@@ -30,6 +30,8 @@ AT_DEFAULT = (
     "target_model",
     "target_dtype",
     "block_size",
+    "draft_heads",
+    "cudagraph",
 )
 
 

@@ -4,6 +4,7 @@ and the simulated platform's refusals."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -75,11 +76,18 @@ def test_graph_cells_are_taken_the_start_up_decides_their_cuda_graphs(tmp_path: 
 
 
 def test_creating_the_lane_imports_no_vllm(tmp_path: Path) -> None:
-    lane = create(load_matrix(_matrix(tmp_path, BASE_AXES)))
-    environment = lane.environment()
-    assert environment["lane"] == "selection"
-    assert "vllm" in environment
-    assert not any(name == "vllm" or name.startswith("vllm.") for name in sys.modules)
+    # In a fresh interpreter: other tests of this session read vLLM's own classes in this one.
+    script = (
+        "import sys\n"
+        "from harness.lanes.selection import create\n"
+        "from harness.matrix import load_matrix\n"
+        f"environment = create(load_matrix({str(_matrix(tmp_path, BASE_AXES))!r})).environment()\n"
+        "assert environment['lane'] == 'selection' and 'vllm' in environment, environment\n"
+        "print(sorted(name for name in sys.modules if name == 'vllm' or name.startswith('vllm.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_simulated_gpu_pins_what_vllm_reads_at_import() -> None:

@@ -27,6 +27,9 @@ class ReleaseWithoutV1:
     def missing_for_loader(self, loader: str) -> str | None:
         return LACKS_V1 if loader == "v1" else None
 
+    def missing_cache_dtype(self, *dtypes: str | None) -> None:
+        return None
+
 
 def _state() -> Any:
     from harness.lanes.selection.process_state import ProcessState  # imports torch, not vLLM

@@ -171,7 +171,7 @@ def test_an_unlisted_impl_attribute_forced_on_the_draft_is_wrong_setting_exactly
     # SM90's FLASH_ATTN requests: FlashAttentionImpl drafts on both loaders and every method, the
     # other loaders (V1, DSpark) are the controls the plant does not reach.
     results = _plant_run(
-        "force_flash_attn_version", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN"
+        "force_batch_invariance", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN"
     )
     planted = {
         r.id for r in results if _built_by_load_dflash_model(r.axes) and _on_flash_attn_impl(r) and _layers_judged(r)
@@ -179,7 +179,7 @@ def test_an_unlisted_impl_attribute_forced_on_the_draft_is_wrong_setting_exactly
     should = {r.id for r in results if r.id in planted and r.expected == Verdict.PASS}
     changed = {r.id: r for r in results if r.verdict != r.expected}
     assert should and set(changed) == should, (sorted(should), sorted(changed))
-    named = f"impl.{seam_plants.FLASH_ATTN_VERSION} is "
+    named = f"impl.{seam_plants.UNLISTED_IMPL_ATTRIBUTE} is "
     for result in changed.values():
         assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         assert named in result.message and "the draft asked for" in result.message, result.message
