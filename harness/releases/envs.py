@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.axes import capability_token
+from harness.contracts.lanes import GPU_EMULATED
+from harness.matrix import load_matrix
 from harness.releases.bisection import Answers
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure, cell_failure
 from harness.releases.install import (
@@ -218,14 +221,44 @@ def run_lane(
         # kept beside the release envs: a reused env is only read, never written.
         "VLLM_CACHE_ROOT": str(root / "vllm-cache" / hashlib.sha256(str(env.resolve()).encode()).hexdigest()[:16]),
     }
-    command = [str(env / "bin" / "python"), "-m", "harness.cli", "run", str(matrix), "--report-dir", str(report_dir)]
-    if workers:
-        command += ["-n", str(workers)]
-    run_owned(
-        [*command, "--", "-q", *pytest_args], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    cli = [str(env / "bin" / "python"), "-m", "harness.cli"]
+    runs = runner_runs(matrix, report_dir, workers)
+    for folder, runner in runs:
+        command = [*cli, "run", str(matrix), "--report-dir", str(folder), *runner]
+        if workers:
+            command += ["-n", str(workers)]
+        run_owned(
+            [*command, "--", "-q", *pytest_args], env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    if len(runs) > 1:
+        # As tox.ini's gpu-emulated env: the shards that exist are merged, one report for the lane.
+        shards = [str(folder) for folder, _ in runs if (folder / "matrix.json").exists()]
+        if shards:
+            run_owned(
+                [*cli, "merge", *shards, "--out", str(report_dir)],
+                env=environment,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
     report = report_dir / "matrix.json"
     return report if report.exists() else None
+
+
+def runner_runs(matrix: Path, report_dir: Path, workers: int = 0) -> list[tuple[Path, list[str]]]:
+    """The ``dflash-matrix run`` invocations a lane needs, each with its report folder and options.
+
+    One, except for the gpu_emulated lane: it runs as a GPU runner does, one generation per run
+    (harness.plugins.gpu refuses it without ``--emulated-gpus``), so one run per capability of its
+    matrix, each into a shard under ``report_dir``, merged afterwards (tox.ini [testenv:gpu-emulated])."""
+    loaded = load_matrix(matrix)
+    if loaded.lane != GPU_EMULATED.name:
+        return [(report_dir, [])]
+    capabilities = [str(value) for value in dict(loaded.axes).get("capability", ())]
+    gpus = max(workers, 1)
+    return [
+        (report_dir / "shards" / capability_token(capability), ["--emulated-gpus", f"{gpus}x{capability}"])
+        for capability in capabilities
+    ]
 
 
 def run_cells(
