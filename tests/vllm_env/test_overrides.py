@@ -187,4 +187,27 @@ def test_a_tox_lane_env_of_an_overridden_release_is_named_by_its_recorded_pins()
         suffix(DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="none")
     )
     assert (suffix(), suffix(DFLASH_VLLM_VERSION="0.31.0")) == ("", "-vllm-0.31.0")
+    # The default release keeps the plain name with its recorded pins (0.34.0 records some), and
+    # only with them: explicit other pins are another install, another env.
+    recorded = toxfile._recorded_pins("0.34.0")
+    assert recorded
+    assert toxfile.vllm_env_suffix({}, "0.34.0", toxfile._recorded_pins) == ""
+    assert toxfile.vllm_env_suffix({"DFLASH_VLLM_OVERRIDES": recorded}, "0.34.0", toxfile._recorded_pins) == ""
+    assert toxfile.vllm_env_suffix({"DFLASH_VLLM_OVERRIDES": "none"}, "0.34.0", toxfile._recorded_pins).startswith(
+        "-vllm-"
+    )
+
+
+def test_a_default_env_installed_with_other_pins_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("tox")
+    toxfile = _toxfile()
+    record = tmp_path / installer.INSTALL_RECORD
+    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is None  # nothing installed yet
+    record.write_text(json.dumps({"overrides": ["flashinfer-python==0.7.4"]}))
+    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is None
+    line = toxfile.install_pins_refusal(tmp_path, "")
+    assert line is not None and "rebuild it (tox -r)" in line and "\n" not in line
+    record.write_text(json.dumps({"overrides": []}))
+    assert toxfile.install_pins_refusal(tmp_path, "none") is None
+    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is not None
     assert str(OVERRIDES_FILE).endswith(toxfile.INSTALLER.replace("install.py", "overrides.toml"))
