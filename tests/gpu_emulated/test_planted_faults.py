@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from cpu_lane.test_planted_faults import assert_changed_exactly
+from selection_lane.kernel_blocks import DEFAULT_BLOCK
 
 from harness.result import CellResult
 from harness.runner.session import run_matrix
@@ -20,10 +21,18 @@ from . import plants
 pytestmark = pytest.mark.vllm
 
 
+# vLLM 0.34.0 removed Model Runner V1's proposers: there the v1 cells are unavailable, before any
+# kernel or plant runs (the lane's expectations say the same); the v2 cells still show each plant.
+NO_V1_FROM_034 = (
+    '[[expect]]\nwhen = { loader = "v1" }\nvllm = ">=0.34"\nverdict = "unavailable"\n'
+    'message = "lacks vllm.v1.spec_decode.dflash.DFlashProposer"\nreason = "no Model Runner V1 from vLLM 0.34.0"\n'
+)
+
+
 def _matrix(folder: Path, loaders: str, cudagraphs: str, sinks: str = "true, false") -> Path:
     """TRITON_ATTN on simulated SM90, causal x sink, short contexts (the full matrix runs the long ones)."""
     (folder / "expected.toml").write_text(
-        '[expectations]\ndefault = "pass"\nreason = "TRITON_ATTN serves every causal x sink cell"\n'
+        '[expectations]\ndefault = "pass"\nreason = "TRITON_ATTN serves every causal x sink cell"\n' + NO_V1_FROM_034
     )
     path = folder / f"planted-{loaders}-{cudagraphs}.toml".replace('"', "").replace(", ", "-")
     path.write_text(
@@ -165,6 +174,7 @@ def _block_size_matrix(folder: Path) -> Path:
     vLLM's runner and speculator functions and runs the draft against it."""
     (folder / "expected.toml").write_text(
         '[expectations]\ndefault = "pass"\nreason = "runner and speculator agree on the kernel block size"\n'
+        + NO_V1_FROM_034
     )
     path = folder / "planted-block-size.toml"
     path.write_text(
@@ -181,21 +191,23 @@ def _block_size_matrix(folder: Path) -> Path:
 def test_a_speculator_on_its_own_kernel_blocks_fails_exactly_the_cells_with_a_block_size(tmp_path: Path) -> None:
     """The selection lane's kernel-block plant, with numbers: Model Runner V2's speculator builds
     the draft's metadata for 16-token kernel blocks while the runner laid the cache out in the
-    cell's --block-size. Every loader-v2 cell with a --block-size (64, 128) is wrong-setting
-    (kernel_block_size, naming both values); --block-size unset (16, the plant's own) and loader
-    v1 (its proposer takes the runner's sizes) keep their verdicts."""
+    cell's --block-size. Every loader-v2 cell with a --block-size other than vLLM's default (16 up
+    to 0.33.x: 64 and 128; 64 from 0.34.0: 128) is wrong-setting (kernel_block_size, naming both
+    values); --block-size unset or the default (the plant's own) and loader v1 (its proposer takes
+    the runner's sizes; absent from 0.34.0) keep their verdicts."""
     results = planted(plants.speculator_on_default_blocks, _block_size_matrix(tmp_path))
     assert {r.axes.get("block_size", "unset") for r in results} == {"unset", 64, 128}, [r.id for r in results]
     assert_changed_exactly(
         results,
-        lambda axes: axes["loader"] == "v2" and axes.get("block_size", "unset") != "unset",
+        lambda axes: axes["loader"] == "v2" and axes.get("block_size", "unset") not in ("unset", DEFAULT_BLOCK),
         Verdict.WRONG_SETTING,
     )
     for result in results:
         if result.verdict == Verdict.WRONG_SETTING:
             size = result.axes["block_size"]
-            assert f"kernel_block_size is 16 in the speculator's metadata builder, {size} in the runner's" in (
-                result.message
-            ), result.message
-        # Every cell ran against vLLM's layout, and says so.
-        assert isinstance(result.details["kv_cache"], dict), (result.id, result.details.get("kv_cache"))
+            assert (
+                f"kernel_block_size is {DEFAULT_BLOCK} in the speculator's metadata builder, {size} in the runner's"
+            ) in result.message, result.message
+        # Every cell that ran (all but 0.34.0's v1 cells) ran against vLLM's layout, and says so.
+        if result.verdict != Verdict.UNAVAILABLE:
+            assert isinstance(result.details["kv_cache"], dict), (result.id, result.details.get("kv_cache"))

@@ -6,11 +6,16 @@ installed, and nothing of the harness."""
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 from typing import Any
 
+from packaging.version import Version
+
 # The kernel block size vLLM sizes blocks to when a user sets no --block-size (CacheConfig's
-# default on CUDA): the planted speculator sizes the draft's builders to it.
-DEFAULT_BLOCK = 16
+# default on CUDA, config/cache.py:185): 16 up to 0.33.x, 64 from 0.34.0. The planted speculator
+# sizes the draft's builders to it, and checks it against the installed CacheConfig. Read from the
+# installed release's metadata: the tests that use it must not import vLLM.
+DEFAULT_BLOCK = 64 if Version(importlib.metadata.version("vllm")).release >= (0, 34) else 16
 
 
 def install_default_blocks() -> None:
@@ -19,7 +24,13 @@ def install_default_blocks() -> None:
     whatever the user's --block-size, while the runner keeps laying the cache out in its own.
     Patches vLLM only; call it once the lane's platform is in place."""
     import vllm.v1.worker.gpu.attn_utils as attn_utils
+    from vllm.config import CacheConfig
 
+    if CacheConfig.DEFAULT_BLOCK_SIZE != DEFAULT_BLOCK:
+        raise RuntimeError(
+            f"this vLLM's CacheConfig.DEFAULT_BLOCK_SIZE is {CacheConfig.DEFAULT_BLOCK_SIZE}, the plant assumes "
+            f"{DEFAULT_BLOCK}: update kernel_blocks.DEFAULT_BLOCK"
+        )
     init_attn_backend = attn_utils.init_attn_backend
 
     # wraps: the layout asks init_attn_backend's signature which parameters it takes.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import inspect
+from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
@@ -24,6 +25,21 @@ MODULE = "vllm.v1.worker.gpu.spec_decode.dflash.utils"
 VLLM = Version(importlib.metadata.version("vllm"))
 FIXED_IN = Version("0.25")  # the release PR #46770 landed in
 BEFORE_FIX = VLLM.release < FIXED_IN.release
+
+
+def _has_v1_proposer() -> bool:
+    # Found on disk, not imported (see VLLM above): vLLM 0.34.0 removed vllm/v1/spec_decode/dflash.py.
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and any(
+        (Path(folder) / "v1" / "spec_decode" / "dflash.py").is_file()
+        for folder in spec.submodule_search_locations or ()
+    )
+
+
+# Whether the installed release has Model Runner V1's DFlash proposer (the lane's v1 loader); the
+# lane answers a v1 cell of a release without it with this line, before the platform is asked.
+HAS_V1 = _has_v1_proposer()
+LACKS_V1 = "this vLLM release lacks vllm.v1.spec_decode.dflash.DFlashProposer"
 
 
 def rebuild_without(module: Any, function: str, line: str) -> None:

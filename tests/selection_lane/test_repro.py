@@ -25,7 +25,7 @@ from harness.matrix import expand, load_matrix
 from harness.observation import Observation
 from harness.result import decide
 
-from .pre_fix import VLLM
+from .pre_fix import HAS_V1, VLLM
 
 pytestmark = pytest.mark.vllm
 
@@ -87,7 +87,10 @@ def test_the_repro_of_a_cell_as_expected_exits_0_and_with_the_pre_fix_loader_exi
 
 SEAM_CELLS = {
     "target-window-reaches-draft": "sm90-FLASH_ATTN-noncausal-nosink-tgtmodel.mistralswa-v2-cubin",
-    "target-mm-prefix-reaches-draft": "sm90-TRITON_ATTN-noncausal-nosink-tgtmodel.gemma3mm-v1-cubin",
+    # Model Runner V1's loader where the release has one (vLLM 0.34.0 removed it), else V2's.
+    "target-mm-prefix-reaches-draft": (
+        f"sm90-TRITON_ATTN-noncausal-nosink-tgtmodel.gemma3mm-{'v1' if HAS_V1 else 'v2'}-cubin"
+    ),
 }
 
 

@@ -22,7 +22,7 @@ from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import dropped_argument
-from .pre_fix import BEFORE_FIX, VLLM
+from .pre_fix import BEFORE_FIX, HAS_V1, VLLM
 
 pytestmark = [
     pytest.mark.vllm,
@@ -40,7 +40,10 @@ CELLS = {
     "target dtype, head geometry, KV dtypes": (
         "sm120-auto-causal-sink-kv-fp8-dkv-fp8-tgtdt.fp32-tgthead.llama32-v2-cubin"
     ),
-    "target backend, block size, loader v1": "sm100-TRITON_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128-v1-cubin",
+    # Model Runner V1's loader where the release has one (vLLM 0.34.0 removed it), else V2's.
+    "target backend, block size, loader v1": (
+        f"sm100-TRITON_ATTN-noncausal-nosink-tgt.FLASHINFER-bs128-{'v1' if HAS_V1 else 'v2'}-cubin"
+    ),
     # An MHA draft behind the GQA target: the script writes the draft's own heads and audits them.
     "draft heads": "sm100-FLASHINFER-noncausal-nosink-dheads.4x4-v2-cubin",
 }

@@ -170,9 +170,7 @@ def _layers_judged(result: CellResult) -> bool:
 def test_an_unlisted_impl_attribute_forced_on_the_draft_is_wrong_setting_exactly_on_its_cells() -> None:
     # SM90's FLASH_ATTN requests: FlashAttentionImpl drafts on both loaders and every method, the
     # other loaders (V1, DSpark) are the controls the plant does not reach.
-    results = _plant_run(
-        "force_batch_invariance", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN"
-    )
+    results = _plant_run("force_batch_invariance", lambda v: v["capability"] == "9.0" and v["backend"] == "FLASH_ATTN")
     planted = {
         r.id for r in results if _built_by_load_dflash_model(r.axes) and _on_flash_attn_impl(r) and _layers_judged(r)
     }
