@@ -252,8 +252,8 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     )
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
-    spec, head_size = draft_spec(cell.values)
-    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), head_size)
+    spec, _ = draft_spec(cell.values)
+    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), cell.values)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))
     target_model = str(cell.get("target_model", "qwen3"))

@@ -291,3 +291,38 @@ def kernel_reads_unit_key_scale(lane: Any) -> None:
 
     CPUAttentionBackendImpl.forward = unit_key_scale
 
+
+
+def install_target_heads() -> None:
+    """Every attention layer built from now on takes its query and KV heads from the current
+    config's model, as vLLM's builders and gates that read ``model_config.get_num_attention_heads``
+    / ``get_num_kv_heads`` do: a draft's loader builds it under the target's model config, so a
+    draft layer carries the target's heads exactly where they differ from its own. The layer and
+    its impl alike, so the layer stays self-consistent (its KV-cache spec and the builders' per-layer
+    head counts agree) and only the audit can tell. The gpu-emulated lane's plant calls it too."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    init = Attention.__init__
+
+    @functools.wraps(init)
+    def planted(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        config = get_current_vllm_config()
+        heads = config.model_config.get_num_attention_heads(config.parallel_config)
+        kv_heads = config.model_config.get_num_kv_heads(config.parallel_config)
+        if (self.num_heads, self.num_kv_heads) != (heads, kv_heads):
+            _log(f"{self.layer_name}: {self.num_heads}/{self.num_kv_heads} -> {heads}/{kv_heads}")
+        for holder in (self, getattr(self, "impl", None)):
+            if holder is not None:
+                holder.num_heads, holder.num_kv_heads = heads, kv_heads
+                if hasattr(holder, "num_queries_per_kv"):
+                    holder.num_queries_per_kv = heads // kv_heads
+
+    Attention.__init__ = planted
+
+
+def draft_takes_target_heads(lane: Any) -> None:
+    """Draft attention layers built with the target's query and KV heads (issue 38's draft_heads
+    plant, as the selection lane's ``seam_plants.draft_takes_target_heads``)."""
+    install_target_heads()
