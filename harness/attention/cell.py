@@ -5,7 +5,9 @@
 ``configure`` makes the cell's VllmConfig; ``select`` asks the platform which backend each
 draft layer gets and what the requested backend claims; ``build`` loads the target and the
 draft through the real loader and reads the backend every draft layer carries (a request lost
-on the way ends the cell there); ``prepare`` settles the KV cache as the engine does, audits
+on the way ends the cell there); where the lane asks, ``provenance_audit`` then reads every
+attribute of the draft's layers and every field of its config (``harness.attention.provenance``),
+to decide a cell that passes otherwise; ``prepare`` settles the KV cache as the engine does, audits
 every other setting each draft layer carries against what the draft asked for
 (``audit_layers``, ``harness.attention.audit``) and asks the forward whether vLLM would run the
 layers this way; ``run_layer`` runs one layer
@@ -659,8 +661,10 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
             return built
         built = dataclasses.replace(built, target_layers=target_layers)
         laps("draft")
-        judged = provenance_audit(configured, built) if plan.provenance_audit else None
-        laps("provenance")
+        judged = None
+        if plan.provenance_audit:
+            judged = provenance_audit(configured, built)
+            laps("provenance")
         ready = prepare(configured, built, plan)
         if isinstance(ready, Observation):
             return ready
