@@ -77,10 +77,14 @@ TARGET_DTYPES = ("bfloat16", "float16", "float32")
 TARGET_HEADS = ("qwen3", "llama3_2", "gemma3")
 # The draft's own query heads / KV heads, independent of the target's (issue 38): 2/1 = the
 # selection lane's checkpoints (GQA 2, as its qwen3 target), 4/4 = an MHA draft, 8/2 = GQA 4.
+# The default stands for the lane's own draft checkpoint, GQA 2 as its target: 2/1 in the
+# selection lane, 4/2 in the kernel lanes (cpu, gpu, gpu-emulated), whose target is 4/2
+# (harness.deployment.settings.draft_shape).
 # vLLM has rules that read one model's heads (the current config's, the target's) and apply
 # them to every layer (docs/explanation/target-draft-seam.md, 2.10), and impls that take only
 # some GQA ratios (HPC_ATTN: 4 or 8).
 DRAFT_HEADS = ("2/1", "4/4", "8/2")
+DRAFT_HEADS_DEFAULT = DRAFT_HEADS[0]
 # short: the lane's own context lengths; long: contexts long enough for split-KV kernels.
 CONTEXTS = ("short", "long")
 # The tokens of context per request for context = "long" (why these: harness/attention/cell.py).
@@ -252,7 +256,7 @@ AXES: tuple[Axis, ...] = (
         "draft_heads",
         "the draft's own query heads / KV heads (num_attention_heads / num_key_value_heads)",
         DRAFT_HEADS,
-        "2/1",
+        DRAFT_HEADS_DEFAULT,
         lambda v: f"dheads.{v.replace('/', 'x')}",
     ),
     Axis("dtype", "model dtype", _one_of(tuple(DTYPE_TOKENS)), lambda v: DTYPE_TOKENS[str(v)], tuple(DTYPE_TOKENS)),

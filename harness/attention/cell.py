@@ -5,7 +5,9 @@
 ``configure`` makes the cell's VllmConfig; ``select`` asks the platform which backend each
 draft layer gets and what the requested backend claims; ``build`` loads the target and the
 draft through the real loader and reads the backend every draft layer carries (a request lost
-on the way ends the cell there); ``prepare`` settles the KV cache as the engine does, audits
+on the way ends the cell there); where the lane asks, ``provenance_audit`` then reads every
+attribute of the draft's layers and every field of its config (``harness.attention.provenance``),
+to decide a cell that passes otherwise; ``prepare`` settles the KV cache as the engine does, audits
 every other setting each draft layer carries against what the draft asked for
 (``audit_layers``, ``harness.attention.audit``) and asks the forward whether vLLM would run the
 layers this way; ``run_layer`` runs one layer
@@ -33,6 +35,7 @@ from typing import Any, Protocol
 
 import torch
 
+from harness.attention import provenance
 from harness.attention.differential import v1_differential
 from harness.attention.paged import Batch, Inputs
 from harness.attention.reference import Fp8Accumulation
@@ -43,6 +46,7 @@ from harness.deployment.settings import EngineSettings, draft_spec
 from harness.matrix import Cell
 from harness.observation import Claim, LoaderDifferential, Observation, one_line
 from harness.stages import Stage, StageLog
+from harness.verdict import Verdict, judge
 
 # KV-cache dtypes the reference rounds K and V through: the harness's own reading of the
 # cell's kv_cache_dtype axis (vLLM's "fp8" is e4m3 on NVIDIA), never the backend's state.
@@ -96,6 +100,9 @@ class CellPlan:
                    (``harness.attention.kv_cache.bind``); each draft layer then runs against the
                    view vLLM bound to it, its metadata from the speculator's builder. False: the
                    harness's own cache per layer (``harness.attention.paged``).
+    provenance_audit: judge every attribute of each draft layer and impl and every field of the
+                   draft's effective config (``harness.attention.provenance``, as the selection lane
+                   does) right after the build; it decides only a cell every other check passes.
     """
 
     device: torch.device
@@ -109,6 +116,7 @@ class CellPlan:
     graph_tokens: int | None = None
     unmodelled_fp8_tolerance: float | None = None
     kv_cache_through_vllm: bool = False
+    provenance_audit: bool = False
 
 
 class EagerForward:
@@ -252,8 +260,8 @@ def configure(cell: Cell, plan: CellPlan, workspace: Workspace, laps: Laps) -> C
     )
     if missing is not None:
         return Observation(requested, unavailable=missing, details={"loader": loader})
-    spec, head_size = draft_spec(cell.values)
-    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), head_size)
+    spec, _ = draft_spec(cell.values)
+    truth = workspace.draft(dataclasses.replace(spec, kv_scales=calibrated_kv(plan.engine)), cell.values)
     details: dict[str, Any] = {"loader": loader, "draft": truth.path.name, "timings_s": laps.timings}
     dtype_name = str(cell.get("dtype", "bfloat16"))
     target_model = str(cell.get("target_model", "qwen3"))
@@ -352,6 +360,38 @@ def audit_layers(cell: Configured, built: Built, plan: CellPlan) -> Observation 
         return None
     cell.details["forward"] = "skipped: draft layers carry settings they did not ask for"
     return dataclasses.replace(built.base, lost_settings=tuple(str(difference) for difference in found))
+
+
+def provenance_audit(cell: Configured, built: Built) -> provenance.Judgement:
+    """The provenance audit (``harness.attention.provenance``) of the draft just built, as the
+    selection lane runs it: its layers against reference layers built for what it asked, its
+    effective config (the one its loader gave ``get_model``) against the cell's and the documented
+    overrides. Runs under the cell's config, before the KV cache is settled; a
+    ``provenance.Judgement``, recorded in the cell's details."""
+    from harness.attention.draft import asked_draft_config, layer_provenance
+
+    speculative = provenance.read(cell.config.speculative_config).values
+    overrides = provenance.documented_overrides(speculative, cell.truth.any_non_causal)
+    modules = [(attn.layer_name, attn) for attn in built.layers]
+    asked = asked_draft_config(cell.config, overrides)
+    judged = provenance.judge_layers(layer_provenance(modules, cell.truth, asked, cell.dtype))
+    build = built.draft.build
+    if build is None:
+        judged = provenance.combine(judged, provenance.Judgement((), ("draft config: no model load was recorded",), {}))
+    else:
+        draft, target = provenance.config_fields(build.vllm_config), provenance.config_fields(cell.config)
+        judged = provenance.combine(judged, provenance.judge_config(draft, target, overrides, cell.spec.method))
+    cell.details["provenance"] = provenance.details(judged)
+    return judged
+
+
+def provenance_lost(observation: Observation, judged: provenance.Judgement | None) -> tuple[str, ...]:
+    """What the provenance audit adds to a cell's lost settings: its differences (but the held
+    ones) where every other check passed, so no verdict or message it did not decide moves
+    (as in the selection lane); elsewhere they stay in the details alone."""
+    if judged is None or judge(observation).verdict not in (Verdict.PASS, Verdict.SUBSTITUTED):
+        return ()
+    return tuple(str(difference) for difference in provenance.verdict_differences(judged))
 
 
 def layout_target(cell: Configured) -> tuple[str, ...] | str:
@@ -621,6 +661,10 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
             return built
         built = dataclasses.replace(built, target_layers=target_layers)
         laps("draft")
+        judged = None
+        if plan.provenance_audit:
+            judged = provenance_audit(configured, built)
+            laps("provenance")
         ready = prepare(configured, built, plan)
         if isinstance(ready, Observation):
             return ready
@@ -648,10 +692,13 @@ def observe_cell(cell: Cell, plan: CellPlan, workspace: Workspace, stages: Stage
         tolerance = max(tolerance or 0.0, plan.unmodelled_fp8_tolerance)
     # A kernel-block disagreement is wrong-setting (kernel_block_size, as in the selection lane);
     # the layers still ran against vLLM's layout, so their errors show what the draft reads.
-    return dataclasses.replace(
+    observed = dataclasses.replace(
         built.base,
         max_abs_err=worst,
         tolerance=tolerance,
         loader_differential=loader_differential,
         lost_settings=ready.kv_cache_lost or built.base.lost_settings,
     )
+    if lost := provenance_lost(observed, judged):
+        return dataclasses.replace(observed, lost_settings=lost)
+    return observed

@@ -9,7 +9,6 @@ lazily.
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,14 @@ from typing import Any
 
 from harness.cell_process import freeze_process_state
 from harness.deployment.models import DraftSpec, DraftTruth, ModelShape
+from harness.deployment.settings import Axes, draft_shape
 
 
 @dataclass(frozen=True)
 class WorkspaceSettings:
     """dist_backend: the distributed backend of the process's world of one (gloo, nccl).
     target_shape:   the target checkpoint's dimensions.
-    draft_shape:    a draft's dimensions where its cell does not vary the head size.
+    draft_shape:    a draft's dimensions where its cell varies neither its head size nor its heads.
     prefix:         the temp dir's name prefix (which lane wrote it)."""
 
     dist_backend: str
@@ -56,13 +56,12 @@ class Workspace:
             self._target_paths[family] = write_target(self.root, self.settings.target_shape, family=family)
         return self._target_paths[family]
 
-    def draft(self, spec: DraftSpec, head_size: int | None) -> DraftTruth:
-        """The draft checkpoint for ``spec`` with that head size (None: ``draft_shape``'s)."""
+    def draft(self, spec: DraftSpec, axes: Axes) -> DraftTruth:
+        """The draft checkpoint for ``spec`` in the dimensions the cell's ``axes`` ask for (its
+        head size and own heads, where it sets them: ``draft_shape``'s otherwise)."""
         from harness.attention.checkpoint import write_draft
 
-        shape = self.settings.draft_shape
-        if head_size is not None:
-            shape = dataclasses.replace(shape, head_dim=head_size)
+        shape = draft_shape(axes, self.settings.draft_shape)
         if (spec, shape) not in self._drafts:
             self._drafts[spec, shape] = write_draft(self.root, spec, shape)
         return self._drafts[spec, shape]

