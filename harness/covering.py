@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.axes import AxisValue
@@ -296,6 +296,7 @@ def cover_reaching(
     vary: Factors,
     reaches: Reaches,
     present: Sequence[Mapping[str, AxisValue]] = (),
+    apart: Collection[tuple[str, AxisValue]] = (),
 ) -> ReachingCover:
     """Every (first, second, axis = value) triple of ``over``'s two axes (generation, requested
     backend) with a value of any of ``axes``, held by some row that ``reaches`` accepts.
@@ -306,7 +307,9 @@ def cover_reaching(
     declaration order) that ``reaches`` accepts. A triple with no such row is unreachable,
     reported, never a cell. One row carries a value of every axis at once where ``reaches``
     accepts the combination (the first still uncovered value of each axis, in order), so the rows
-    per (first, second) are the most values any one axis still needs there. ``reaches`` must
+    per (first, second) are the most values any one axis still needs there. A value in ``apart``
+    (one some release lacks) gets a row of its own, after the shared ones, so a release that
+    refuses it loses no other axis's triple with it. ``reaches`` must
     refuse a row only on the axes it holds (as selectors do): a row it refuses with the ``vary``
     axes left out is refused whatever they are."""
     (first, firsts), (second, seconds) = over
@@ -370,11 +373,16 @@ def cover_reaching(
                     pending[name].append(value)
         while any(pending.values()):
             seed: Row = dict(cell)
-            for name in axis_names:
-                for value in pending[name]:
-                    if placed({**seed, name: value}) is not None:
-                        seed[name] = value
-                        break
+            shared = {name: [v for v in pending[name] if (name, v) not in apart] for name in axis_names}
+            if any(shared.values()):
+                for name in axis_names:
+                    for value in shared[name]:
+                        if placed({**seed, name: value}) is not None:
+                            seed[name] = value
+                            break
+            else:
+                name = next(name for name in axis_names if pending[name])
+                seed[name] = pending[name][0]
             new = placed(seed)
             assert new is not None  # the first axis with a pending value placed it alone above
             added.append(new)

@@ -427,6 +427,7 @@ def _reaching(
         tuple((name, every[name]) for name in strength3.vary),
         reaches,
         tuple({**template, **row} for row in present),
+        frozenset((name, value) for name, values in strength3.apart for value in values),
     )
 
 
@@ -610,6 +611,8 @@ class Strength3:
     template: Selector  # ``with``: the row an added cell starts from, beyond the axes' defaults
     vary: tuple[str, ...]  # axes an added cell may change, one of them, where its row is refused
     misses: tuple[StopBeforeDraft, ...]  # [[misses_draft]]: rows counted as not reaching, each with why
+    # Values some release lacks: each in a cell of its own, so that release loses no other triple with it.
+    apart: Selector = ()
 
 
 def _read_strength3(path: Path, raw: Mapping[str, Any], axes: Selector) -> Strength3 | None:
@@ -624,7 +627,7 @@ def _read_strength3(path: Path, raw: Mapping[str, Any], axes: Selector) -> Stren
         return None
     if not isinstance(block, dict):
         raise InputError(path, "strength3", "must be a table with axes, with and vary")
-    only_keys(path, "strength3", block, ("axes", "with", "vary"))
+    only_keys(path, "strength3", block, ("axes", "with", "vary", "apart"))
     known = tuple(name for name, _ in axes)
     names = _axis_names(path, "strength3.axes", block.get("axes"), known)
     if not names:
@@ -643,7 +646,14 @@ def _read_strength3(path: Path, raw: Mapping[str, Any], axes: Selector) -> Stren
     for name in known:
         if name not in named and name not in ("capability", "backend") and AXES_BY_NAME[name].default is None:
             raise InputError(path, f"strength3.with.{name}", "must be named: the axis has no default", known)
-    return Strength3(names, tuple((name, values) for name, values in template), vary, misses)
+    apart_raw = block.get("apart", {})
+    if not isinstance(apart_raw, dict):
+        raise InputError(path, "strength3.apart", "must be a table of axis = [values]")
+    apart = read_selector(path, "strength3.apart", apart_raw, axes) if apart_raw else ()
+    for name, _ in apart:
+        if name not in names:
+            raise InputError(path, f"strength3.apart.{name}", "is not one of the block's axes", names)
+    return Strength3(names, tuple((name, values) for name, values in template), vary, misses, apart)
 
 
 def _axis_names(path: Path, key: str, raw: object, known: tuple[str, ...]) -> tuple[str, ...]:
