@@ -318,12 +318,17 @@ def test_every_guaranteed_triple_has_a_cell_whose_measured_expectation_builds_th
     assert result is not None
     expectations = expectations_for(matrix, release)
     built: dict[tuple[AxisValue, AxisValue], set[tuple[str, AxisValue]]] = {}
-    axes = matrix.strength3.axes  # type: ignore[union-attr]
+    assert matrix.strength3 is not None
+    defaults: dict[str, AxisValue] = {}
+    for name in matrix.strength3.axes:
+        default = AXES_BY_NAME[name].default
+        assert default is not None  # a [strength3] axis is one the covering or a [[product]] holds at a default
+        defaults[name] = default
     for cell in expand(matrix):
         if expectations.for_cell(cell).verdict.value in BUILT:
             values = cell.values
             held = built.setdefault((values["capability"], values["backend"]), set())
-            held.update((name, values.get(name, AXES_BY_NAME[name].default)) for name in axes)
+            held.update((name, values[name] if name in values else default) for name, default in defaults.items())
     missing = [t for t in result.guaranteed if t[2] not in built.get((t[0][1], t[1][1]), set())]
     unexplained = [t for t in missing if _gap(release, t) is None]
     assert not unexplained, "\n".join(map(str, unexplained))
