@@ -328,7 +328,7 @@ def test_every_guaranteed_triple_has_a_cell_whose_measured_expectation_builds_th
         if expectations.for_cell(cell).verdict.value in BUILT:
             values = cell.values
             held = built.setdefault((values["capability"], values["backend"]), set())
-            held.update((name, values[name] if name in values else default) for name, default in defaults.items())
+            held.update((name, values.get(name, default)) for name, default in defaults.items())
     missing = [t for t in result.guaranteed if t[2] not in built.get((t[0][1], t[1][1]), set())]
     unexplained = [t for t in missing if _gap(release, t) is None]
     assert not unexplained, "\n".join(map(str, unexplained))
