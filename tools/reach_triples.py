@@ -21,6 +21,7 @@ import json
 import sys
 from pathlib import Path
 
+from harness.axes import AXES_BY_NAME, AxisValue
 from harness.covering import Triple, triples_not_reached
 from harness.matrix import load_matrix, reaching_cover
 from harness.result import CellResult
@@ -34,7 +35,13 @@ def unreached(report: dict[str, object], guaranteed: tuple[Triple, ...]) -> tupl
     if not isinstance(cells, list):
         raise ValueError("no cells[] list: not a matrix.json")
     results = [CellResult.from_json(cell) for cell in cells]
-    return triples_not_reached([(result.axes, result.reached_draft) for result in results], guaranteed)
+    # A record leaves out an axis only [[product]] blocks vary where it is at its default ("none").
+    defaults: dict[str, AxisValue] = {}
+    for _, _, (name, _) in guaranteed:
+        default = AXES_BY_NAME[name].default
+        if default is not None:
+            defaults[name] = default
+    return triples_not_reached([({**defaults, **result.axes}, result.reached_draft) for result in results], guaranteed)
 
 
 def main(argv: list[str] | None = None) -> int:

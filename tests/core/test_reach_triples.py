@@ -281,6 +281,9 @@ def test_the_tool_lists_the_guaranteed_triples_a_report_did_not_reach() -> None:
     )
     report = {"cells": [_record("pass", None), _record("unsupported", "select", kv_cache_dtype="nvfp4")]}
     assert tool.unreached(report, guaranteed) == (guaranteed[1],)
+    # A record leaves an axis only [[product]] blocks vary out at its default: it holds that default.
+    none = ((("capability", "9.0"), ("backend", "auto"), ("draft_option", "none")),)
+    assert tool.unreached(report, none) == ()
 
 
 # What a measured cell's expected verdict says about its draft: built (the loader ran and its layers
