@@ -36,8 +36,9 @@ triples only adds cells. A triple no row can hold is excluded and reported like 
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from harness.axes import AxisValue
@@ -272,3 +273,136 @@ def triples_present(
 ) -> set[tuple[AxisValue, AxisValue, AxisValue]]:
     """The (first, second, third) value triples that appear in ``rows`` (for checks and tests)."""
     return {(row[first], row[second], row[third]) for row in rows}
+
+
+# A value triple of the strength-3-to-the-draft block: (generation, requested backend, one axis's value).
+Triple = tuple[tuple[str, AxisValue], tuple[str, AxisValue], tuple[str, AxisValue]]
+Reaches = Callable[[Mapping[str, AxisValue]], bool]  # a full row the declarations say reaches the draft
+
+
+@dataclass(frozen=True)
+class ReachingCover:
+    """The rows a [strength3] block adds and what it guarantees (issue 38)."""
+
+    rows: tuple[Row, ...]  # rows added: none repeats a row already present
+    guaranteed: tuple[Triple, ...]  # every triple some reaching row (present or added) holds
+    unreachable: tuple[Triple, ...]  # triples no row the declarations accept can hold
+
+
+def cover_reaching(
+    over: tuple[tuple[str, tuple[AxisValue, ...]], tuple[str, tuple[AxisValue, ...]]],
+    axes: Factors,
+    template: Mapping[str, AxisValue],
+    vary: Factors,
+    reaches: Reaches,
+    present: Sequence[Mapping[str, AxisValue]] = (),
+    apart: Collection[tuple[str, AxisValue]] = (),
+) -> ReachingCover:
+    """Every (first, second, axis = value) triple of ``over``'s two axes (generation, requested
+    backend) with a value of any of ``axes``, held by some row that ``reaches`` accepts.
+
+    A ``present`` row that reaches and is the template but for those axes and ``vary`` holds its
+    triples already. For each remaining triple a row is the ``template`` with the triple's values,
+    or, where ``reaches`` refuses that, with the fewest changes of ``vary`` axes (then the first in
+    declaration order) that ``reaches`` accepts. A triple with no such row is unreachable,
+    reported, never a cell. One row carries a value of every axis at once where ``reaches``
+    accepts the combination (the first still uncovered value of each axis, in order), so the rows
+    per (first, second) are the most values any one axis still needs there. A value in ``apart``
+    (one some release lacks) gets a row of its own, after the shared ones, so a release that
+    refuses it loses no other axis's triple with it. ``reaches`` must
+    refuse a row only on the axes it holds (as selectors do): a row it refuses with the ``vary``
+    axes left out is refused whatever they are."""
+    (first, firsts), (second, seconds) = over
+    axis_names = [name for name, _ in axes]
+
+    def triples_of(row: Mapping[str, AxisValue]) -> set[Triple]:
+        if row.get(first) not in firsts or row.get(second) not in seconds:
+            return set()
+        return {
+            ((first, row[first]), (second, row[second]), (name, row[name]))
+            for name, vals in axes
+            if name in row and row[name] in vals
+        }
+
+    vary_names = {name for name, _ in vary}
+
+    @functools.cache
+    def changes(free: tuple[tuple[str, AxisValue], ...]) -> tuple[tuple[AxisValue, ...], ...]:
+        """The vary axes' value combinations from their current values: the fewest changes first,
+        then declaration order (a stable sort of the product's order)."""
+        options = [(current, *(v for v in dict(vary)[name] if v != current)) for name, current in free]
+        combos = list(itertools.product(*options))
+        return tuple(sorted(combos, key=lambda combo: sum(v != c for v, (_, c) in zip(combo, free, strict=True))))
+
+    def placed(seed: Mapping[str, AxisValue]) -> Row | None:
+        row = {**template, **seed}
+        if not reaches({name: value for name, value in row.items() if name not in vary_names or name in seed}):
+            return None  # refused on axes no change of ``vary`` touches
+        free = tuple((name, row[name]) for name, _ in vary if name not in seed)
+        for combo in changes(free):
+            changed = {**row, **{name: value for (name, _), value in zip(free, combo, strict=True)}}
+            if reaches(changed):
+                return changed
+        return None
+
+    # A present row counts where it is the template but for the triple's axes and ``vary``: the
+    # declarations speak for the template's neighbourhood, not for every setting a matrix crosses.
+    free_axes = {first, second, *axis_names, *(name for name, _ in vary)}
+
+    def near_template(row: Mapping[str, AxisValue]) -> bool:
+        return all(row.get(name) == value for name, value in template.items() if name not in free_axes)
+
+    held: set[Triple] = set()
+    for row in present:
+        if near_template(row) and reaches(row):
+            held |= triples_of(row)
+    added: list[Row] = []
+    unreachable: list[Triple] = []
+    for a, b in itertools.product(firsts, seconds):
+        cell = {first: a, second: b}
+        pending: dict[str, list[AxisValue]] = {}
+        for name, vals in axes:
+            pending[name] = []
+            for value in vals:
+                triple = ((first, a), (second, b), (name, value))
+                if triple in held:
+                    continue
+                if placed({**cell, name: value}) is None:
+                    unreachable.append(triple)
+                else:
+                    pending[name].append(value)
+        while any(pending.values()):
+            seed: Row = dict(cell)
+            shared = {name: [v for v in pending[name] if (name, v) not in apart] for name in axis_names}
+            if any(shared.values()):
+                for name in axis_names:
+                    for value in shared[name]:
+                        if placed({**seed, name: value}) is not None:
+                            seed[name] = value
+                            break
+            else:
+                name = next(name for name in axis_names if pending[name])
+                seed[name] = pending[name][0]
+            new = placed(seed)
+            assert new is not None  # the first axis with a pending value placed it alone above
+            added.append(new)
+            for name in axis_names:
+                if name in seed:
+                    pending[name].remove(seed[name])
+            held |= triples_of(new)
+    return ReachingCover(tuple(added), tuple(sorted(held, key=repr)), tuple(unreachable))
+
+
+def triples_not_reached(
+    rows: Iterable[tuple[Mapping[str, AxisValue], bool]], wanted: Iterable[Triple]
+) -> tuple[Triple, ...]:
+    """The ``wanted`` triples that no row marked as reaching the draft holds: given a measured
+    report's cells, each with whether vLLM built its draft, what a history left uncovered."""
+    held: dict[tuple[tuple[str, AxisValue], tuple[str, AxisValue]], set[tuple[str, AxisValue]]] = {}
+    wanted = tuple(wanted)
+    over = {(one[0], two[0]) for one, two, _ in wanted}
+    for row, built in rows:
+        for one, two in over if built else ():
+            if one in row and two in row:
+                held.setdefault(((one, row[one]), (two, row[two])), set()).update(row.items())
+    return tuple(triple for triple in wanted if triple[2] not in held.get((triple[0], triple[1]), set()))

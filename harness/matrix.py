@@ -34,6 +34,16 @@ exclusions, per-dtype tolerances, a per-cell time limit and the expectations fil
     backend = "auto"
     sink = [true]
 
+    [strength3]         # optional: every (capability, backend, value of each axis) in a cell that reaches
+    axes = ["kv_cache_dtype"]  # the draft, cells added as needed (harness/covering.py, cover_reaching)
+    with = { causal = false, sink = false, loader = "v2" }  # the row an added cell starts from
+    vary = ["target_dtype"]  # axes an added cell may change where the declarations refuse it
+    apart = { kv_cache_dtype = ["fp8_inc"] }  # values some release lacks: a cell of their own each
+
+    [[misses_draft]]    # optional, repeatable: rows [strength3] counts as not reaching the draft, why
+    backend = "NO_ATTENTION"
+    reason = "the release's module is missing"
+
     [[stops_before_draft]]  # optional, repeatable: cells vLLM stops at the target, kept as cells
     target_dtype = "float32"  # but covering no tuple (harness/covering.py); a reason is required
     target_attention = "FLASHINFER"
@@ -59,7 +69,7 @@ from typing import Any
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
 from harness.contracts.lanes import CONTRACTS, LANES
 from harness.contracts.model import Contract
-from harness.covering import Covering, Factors, cover
+from harness.covering import Covering, Factors, ReachingCover, cover, cover_reaching
 from harness.errors import InputError
 from harness.tomlfile import array_of_tables, only_keys, read_toml
 
@@ -74,6 +84,8 @@ _TOP_KEYS = (
     "product",
     "exclude",
     "stops_before_draft",
+    "strength3",
+    "misses_draft",
     "tolerance",
     "options",
 )
@@ -128,6 +140,9 @@ class Matrix:
     # Cells that stop before vLLM answers for the draft (its target refused), each with why: they
     # stay cells, but a covered tuple counts only where a cell reaches the draft (issue 35).
     stops_before_draft: tuple[StopBeforeDraft, ...] = ()
+    # [strength3] with its [[misses_draft]]: generation x requested backend x each value of its axes in
+    # a cell that reaches the draft (issue 38), cells added after every other row, so none is renamed.
+    strength3: Strength3 | None = None
     tolerances: tuple[tuple[str, float], ...] = ()
     timeout_s: float = DEFAULT_TIMEOUT_S
     expectations_path: Path | None = None
@@ -210,6 +225,7 @@ def load_matrix(path: str | Path) -> Matrix:
         _read_stop(path, f"stops_before_draft[{i}]", rule, matrix.all_axes)
         for i, rule in enumerate(array_of_tables(path, raw, "stops_before_draft"))
     )
+    strength3 = _read_strength3(path, raw, matrix.all_axes)
     tolerances = _read_tolerances(path, raw.get("tolerance", {}))
     options = raw.get("options", {})
     if not isinstance(options, dict):
@@ -220,6 +236,7 @@ def load_matrix(path: str | Path) -> Matrix:
         matrix,
         exclusions=exclusions,
         stops_before_draft=stops,
+        strength3=strength3,
         tolerances=tolerances,
         timeout_s=float(timeout),
         expectations_path=(path.parent / expectations) if expectations else None,
@@ -322,6 +339,7 @@ def expand(matrix: Matrix) -> tuple[Cell, ...]:
         _selectors(matrix.stops_before_draft),
         matrix.tolerances,
         matrix.timeout_s,
+        matrix.strength3,
     )
     if duplicate is not None:
         raise InputError(matrix.path, "axes", f"duplicate cell id {duplicate!r} (an axis lists the same value twice?)")
@@ -340,6 +358,7 @@ def _cells(
     silent: tuple[Selector, ...],
     tolerances: tuple[tuple[str, float], ...],
     timeout_s: float,
+    strength3: Strength3 | None = None,
 ) -> tuple[tuple[Cell, ...], str | None]:
     """The cells, and the first duplicate id if any. They depend only on these declared fields, so a
     process expands each matrix once: loading checks it, then the runner, the reports, `cells` and the
@@ -348,10 +367,14 @@ def _cells(
     seen: dict[str, dict[str, AxisValue]] = {}
     present = _product_rows(axes, covered, products, exclusions)
     rows = _covering(axes, covered, triples, exclusions, silent, later, present).rows
-    for index, values in enumerate(rows + present):
+    reaching: tuple[dict[str, AxisValue], ...] = ()
+    if strength3 is not None:
+        cover3 = _reaching(axes, covered, products, exclusions, silent, strength3, rows + present)
+        reaching = _rows_as_cells(axes, covered, products, cover3.rows)
+    for index, values in enumerate(rows + present + reaching):
         ident = cell_id(values)
         if index >= len(rows) and seen.get(ident) == values:
-            continue  # a [[product]] row the covering (or another block) already has
+            continue  # a [[product]] or [strength3] row the covering (or another block) already has
         if ident in seen:
             return (), ident
         seen[ident] = values
@@ -365,6 +388,59 @@ def _cells(
             )
         )
     return tuple(cells), None
+
+
+def reaching_cover(matrix: Matrix) -> ReachingCover | None:
+    """The [strength3] block's added rows and the triples it guarantees or reports unreachable."""
+    if matrix.strength3 is None:
+        return None
+    silent = _selectors(matrix.stops_before_draft)
+    present = product_rows(matrix)
+    rows = _covering(
+        matrix.axes, matrix.cover, matrix.triples, matrix.exclusions, silent, matrix.cover_later, present
+    ).rows
+    return _reaching(
+        matrix.axes, matrix.cover, matrix.products, matrix.exclusions, silent, matrix.strength3, rows + present
+    )
+
+
+def _reaching(
+    axes: Factors,
+    covered: Factors,
+    products: tuple[Factors, ...],
+    exclusions: tuple[Selector, ...],
+    silent: tuple[Selector, ...],
+    strength3: Strength3,
+    present: tuple[dict[str, AxisValue], ...],
+) -> ReachingCover:
+    every = dict(_all_axes(axes, covered, products))
+    defaults = {name: _default(name) for name in every if AXES_BY_NAME[name].default is not None}
+    template: dict[str, AxisValue] = {**defaults, **{name: values[0] for name, values in strength3.template}}
+    refusals = exclusions + silent + tuple(miss.when for miss in strength3.misses)
+
+    def reaches(row: Mapping[str, AxisValue]) -> bool:
+        return not any(selector_matches(rule, row) for rule in refusals)
+
+    return cover_reaching(
+        (("capability", every["capability"]), ("backend", every["backend"])),
+        tuple((name, every[name]) for name in strength3.axes),
+        template,
+        tuple((name, every[name]) for name in strength3.vary),
+        reaches,
+        tuple({**template, **row} for row in present),
+        frozenset((name, value) for name, values in strength3.apart for value in values),
+    )
+
+
+def _rows_as_cells(
+    axes: Factors, covered: Factors, products: tuple[Factors, ...], added: tuple[dict[str, AxisValue], ...]
+) -> tuple[dict[str, AxisValue], ...]:
+    """Added rows as [[product]] rows are written: an axis only blocks vary is left out at its default."""
+    main = {name for name, _ in axes + covered}
+    every = [name for name, _ in _all_axes(axes, covered, products)]
+    return tuple(
+        {n: row[n] for n in every if n in row and (n in main or row[n] != AXES_BY_NAME[n].default)} for row in added
+    )
 
 
 def _tolerance(tolerances: tuple[tuple[str, float], ...], dtype: AxisValue | None) -> float | None:
@@ -525,3 +601,68 @@ def _read_tolerances(path: Path, raw: object) -> tuple[tuple[str, float], ...]:
             raise InputError(path, f"tolerance.{dtype}", f"{tol!r} is not a positive number")
         tolerances.append((dtype, float(tol)))
     return tuple(tolerances)
+
+
+@dataclass(frozen=True)
+class Strength3:
+    """[strength3]: each of ``axes`` to strength 3 with generation x requested backend, counting only
+    rows the declarations say reach the draft (harness/covering.py, ``cover_reaching``)."""
+
+    axes: tuple[str, ...]
+    template: Selector  # ``with``: the row an added cell starts from, beyond the axes' defaults
+    vary: tuple[str, ...]  # axes an added cell may change, one of them, where its row is refused
+    misses: tuple[StopBeforeDraft, ...]  # [[misses_draft]]: rows counted as not reaching, each with why
+    # Values some release lacks: each in a cell of its own, so that release loses no other triple with it.
+    apart: Selector = ()
+
+
+def _read_strength3(path: Path, raw: Mapping[str, Any], axes: Selector) -> Strength3 | None:
+    block = raw.get("strength3")
+    misses = tuple(
+        _read_stop(path, f"misses_draft[{i}]", rule, axes)
+        for i, rule in enumerate(array_of_tables(path, raw, "misses_draft"))
+    )
+    if block is None:
+        if misses:
+            raise InputError(path, "misses_draft", "declares rows for a [strength3] block this file lacks")
+        return None
+    if not isinstance(block, dict):
+        raise InputError(path, "strength3", "must be a table with axes, with and vary")
+    only_keys(path, "strength3", block, ("axes", "with", "vary", "apart"))
+    known = tuple(name for name, _ in axes)
+    names = _axis_names(path, "strength3.axes", block.get("axes"), known)
+    if not names:
+        raise InputError(path, "strength3.axes", "names no axis", known)
+    if {"capability", "backend"} & set(names):
+        raise InputError(path, "strength3.axes", "capability and backend are the block's other two axes", known)
+    vary = _axis_names(path, "strength3.vary", block.get("vary", []), known)
+    template_raw = block.get("with", {})
+    if not isinstance(template_raw, dict):
+        raise InputError(path, "strength3.with", "must be a table of axis = value")
+    template = read_selector(path, "strength3.with", template_raw, axes) if template_raw else ()
+    for name, values in template:
+        if len(values) != 1:
+            raise InputError(path, f"strength3.with.{name}", "takes one value")
+    named = {name for name, _ in template}
+    for name in known:
+        if name not in named and name not in ("capability", "backend") and AXES_BY_NAME[name].default is None:
+            raise InputError(path, f"strength3.with.{name}", "must be named: the axis has no default", known)
+    apart_raw = block.get("apart", {})
+    if not isinstance(apart_raw, dict):
+        raise InputError(path, "strength3.apart", "must be a table of axis = [values]")
+    apart = read_selector(path, "strength3.apart", apart_raw, axes) if apart_raw else ()
+    for name, _ in apart:
+        if name not in names:
+            raise InputError(path, f"strength3.apart.{name}", "is not one of the block's axes", names)
+    return Strength3(names, tuple((name, values) for name, values in template), vary, misses, apart)
+
+
+def _axis_names(path: Path, key: str, raw: object, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(name, str) for name in raw):
+        raise InputError(path, key, "must be a list of axis names", known)
+    for name in raw:
+        if name not in known:
+            raise InputError(path, key, f"{name!r} is not an axis of this matrix", known)
+    if len(set(raw)) != len(raw):
+        raise InputError(path, key, "lists an axis twice")
+    return tuple(raw)

@@ -19,6 +19,9 @@ from harness.observation import HOST_LIMIT, Claim, Observation, json_safe
 from harness.stages import STAGES, Stage
 from harness.verdict import FAULTS, VERDICTS, ClaimGap, Outcome, Verdict, claim_gap, judge, outcome
 
+# How the selection lane's details begin where no draft was built (harness/lanes/selection/process_state.py).
+NOT_BUILT = "not built"
+
 
 class RecordError(ValueError):
     """A stored cell record that does not follow the contract."""
@@ -58,6 +61,16 @@ class CellResult:
     def host_limited(self) -> bool:
         """The host could not answer what vLLM asked (observation.HOST_LIMIT): no verdict on vLLM."""
         return self.verdict == Verdict.UNAVAILABLE and self.message.startswith(HOST_LIMIT)
+
+    @property
+    def reached_draft(self) -> bool:
+        """vLLM's loader built this cell's draft, so its answer is about the draft (issue 38's
+        strength 3 counts only such cells): not a release or host that cannot answer, not a refusal
+        or crash at config or selection (the target's or the draft's own request), not a target that
+        failed first. A refusal at start-up comes after the build and counts."""
+        if self.verdict == Verdict.UNAVAILABLE or self.stage in (Stage.CONFIG, Stage.SELECT):
+            return False
+        return not str(self.details.get("draft", "")).startswith(NOT_BUILT)
 
     @property
     def unrecorded_fault(self) -> bool:
