@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.axes import AXES_BY_NAME, AXIS_NAMES, DTYPE_TOKENS, REQUIRED_AXES, AxisValue, AxisValueError, cell_id
-from harness.contracts.lanes import CONTRACTS, LANES
+from harness.contracts.lanes import CONTRACTS, GPU_EMULATED, LANES
 from harness.contracts.model import Contract
 from harness.covering import Covering, Factors, ReachingCover, cover, cover_reaching
 from harness.errors import InputError
@@ -666,3 +666,12 @@ def _axis_names(path: Path, key: str, raw: object, known: tuple[str, ...]) -> tu
     if len(set(raw)) != len(raw):
         raise InputError(path, key, "lists an axis twice")
     return tuple(raw)
+
+
+def emulated_generations(matrix: Matrix) -> tuple[str, ...]:
+    """The compute capabilities a lane run needs one emulated runner each for: the gpu_emulated lane
+    runs one generation per run, as a GPU runner does (harness.plugins.gpu, --emulated-gpus); () for
+    every other lane, which runs once."""
+    if matrix.lane != GPU_EMULATED.name:
+        return ()
+    return tuple(str(value) for value in dict(matrix.axes).get("capability", ()))

@@ -33,7 +33,7 @@ from harness.commands.release_range import (
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, expectations_for
 from harness.findings import finding_change
-from harness.matrix import Cell, expand, load_matrix
+from harness.matrix import Cell, emulated_generations, expand, load_matrix
 from harness.releases.bisection import Answers, BisectError, bisect
 from harness.releases.environment import EnvironmentFailure
 from harness.releases.envs import run_cells, slug
@@ -85,7 +85,16 @@ def run(args: argparse.Namespace) -> int:
             return env
         started = time.monotonic()
         report_dir = out / "releases" / slug(release)
-        answers = run_cells(env, path.resolve(), list(args.cells), report_dir, root, release, envs.symptoms(release))
+        answers = run_cells(
+            env,
+            path.resolve(),
+            list(args.cells),
+            report_dir,
+            root,
+            release,
+            envs.symptoms(release),
+            emulated_generations(matrix),
+        )
         seconds = round(time.monotonic() - started, 1)
         ran = 0 if isinstance(answers, EnvironmentFailure) else len(answers)
         runs.append({"release": release, "run_s": seconds, "cells": ran})

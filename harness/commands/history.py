@@ -44,7 +44,7 @@ from harness.commands.release_range import (
 from harness.commands.repro import report_document
 from harness.errors import InputError
 from harness.expectations import expectations_for
-from harness.matrix import Matrix, load_matrix
+from harness.matrix import Matrix, emulated_generations, load_matrix
 from harness.releases.environment import LANE, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, cell_failures, run_lane, slug
 from harness.reports.build import render_reports, write_files
@@ -102,6 +102,7 @@ def _recorded(args: argparse.Namespace, matrix: Matrix) -> tuple[str, ...]:
 
 
 def _history(args: argparse.Namespace, path: Path, envs: ReleaseEnvs, releases: tuple[str, ...], out: Path) -> int:
+    generations = emulated_generations(load_matrix(path))  # one run per emulated GPU generation, if any
     pytest_args = ["-k", args.keyword] if args.keyword else []
     reports: list[Path] = []
     runs: list[dict[str, object]] = []
@@ -124,7 +125,7 @@ def _history(args: argparse.Namespace, path: Path, envs: ReleaseEnvs, releases: 
                 continue
             begun = time.monotonic()
             report_dir = out / "releases" / slug(release)
-            report = run_lane(env, path.resolve(), report_dir, envs.root, pytest_args, args.workers)
+            report = run_lane(env, path.resolve(), report_dir, envs.root, pytest_args, args.workers, generations)
             seconds = round(time.monotonic() - begun, 1)
             runs.append({"release": release, "run_s": seconds, "report": str(report) if report else None})
             if report is None:

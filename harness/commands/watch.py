@@ -44,7 +44,7 @@ from harness.commands.release_range import add_env_arguments, release_envs
 from harness.commands.repro import report_document, script_for
 from harness.errors import InputError
 from harness.expectations import ExpectationSet, load_expectations
-from harness.matrix import Matrix, expand, load_matrix
+from harness.matrix import Matrix, emulated_generations, expand, load_matrix
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, cell_failures, offered_releases, run_lane, slug
 from harness.releases.install import may_be_vllm
@@ -286,7 +286,15 @@ def _watch_one(
             return _failed(lane, job, folder, attempts, failure, harness_failed=False, started=started)
         pytest_args = ["-k", args.keyword] if args.keyword else []
         print(f"watch: running {lane.lane} on {job.release} ...", file=sys.stderr, flush=True)
-        saved = run_lane(env, lane.matrix.path.resolve(), folder / "run", envs.root, pytest_args, args.workers)
+        saved = run_lane(
+            env,
+            lane.matrix.path.resolve(),
+            folder / "run",
+            envs.root,
+            pytest_args,
+            args.workers,
+            emulated_generations(lane.matrix),
+        )
         if saved is None:
             failure = EnvironmentFailure(job.release, LANE, f"the lane ended without writing matrix.json ({folder})")
             return _failed(lane, job, folder, attempts, failure, harness_failed=True, started=started)

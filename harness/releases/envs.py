@@ -24,9 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.axes import capability_token
-from harness.contracts.lanes import GPU_EMULATED
-from harness.matrix import load_matrix
 from harness.releases.bisection import Answers
 from harness.releases.environment import INSTALL, LANE, EnvironmentFailure, cell_failure
 from harness.releases.install import (
@@ -210,9 +207,18 @@ def harness_path(root: Path) -> Path:
 
 
 def run_lane(
-    env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
+    env: Path,
+    matrix: Path,
+    report_dir: Path,
+    root: Path,
+    pytest_args: Sequence[str] = (),
+    workers: int = 0,
+    generations: Sequence[str] = (),
 ) -> Path | None:
-    """Run ``matrix`` in ``env`` (``dflash-matrix run``); its matrix.json, or None if none was written."""
+    """Run ``matrix`` in ``env`` (``dflash-matrix run``); its matrix.json, or None if none was written.
+
+    ``generations``: the lane runs as a GPU runner does, one run per compute capability on an
+    emulated runner (``harness.matrix.emulated_generations``: the gpu_emulated lane), merged."""
     shutil.rmtree(report_dir, ignore_errors=True)
     environment = {
         **os.environ,
@@ -222,7 +228,7 @@ def run_lane(
         "VLLM_CACHE_ROOT": str(root / "vllm-cache" / hashlib.sha256(str(env.resolve()).encode()).hexdigest()[:16]),
     }
     cli = [str(env / "bin" / "python"), "-m", "harness.cli"]
-    runs = runner_runs(matrix, report_dir, workers)
+    runs = runner_runs(report_dir, workers, generations)
     for folder, runner in runs:
         command = [*cli, "run", str(matrix), "--report-dir", str(folder), *runner]
         if workers:
@@ -244,28 +250,32 @@ def run_lane(
     return report if report.exists() else None
 
 
-def runner_runs(matrix: Path, report_dir: Path, workers: int = 0) -> list[tuple[Path, list[str]]]:
-    """The ``dflash-matrix run`` invocations a lane needs, each with its report folder and options.
-
-    One, except for the gpu_emulated lane: it runs as a GPU runner does, one generation per run
-    (harness.plugins.gpu refuses it without ``--emulated-gpus``), so one run per capability of its
-    matrix, each into a shard under ``report_dir``, merged afterwards (tox.ini [testenv:gpu-emulated])."""
-    loaded = load_matrix(matrix)
-    if loaded.lane != GPU_EMULATED.name:
+def runner_runs(report_dir: Path, workers: int = 0, generations: Sequence[str] = ()) -> list[tuple[Path, list[str]]]:
+    """The ``dflash-matrix run`` invocations of one lane run, each with its report folder and options:
+    one, or one per emulated GPU generation (harness.plugins.gpu refuses the gpu_emulated lane
+    without ``--emulated-gpus``), each into a shard under ``report_dir``, merged afterwards as
+    tox.ini's gpu-emulated env does."""
+    if not generations:
         return [(report_dir, [])]
-    capabilities = [str(value) for value in dict(loaded.axes).get("capability", ())]
     gpus = max(workers, 1)
     return [
-        (report_dir / "shards" / capability_token(capability), ["--emulated-gpus", f"{gpus}x{capability}"])
-        for capability in capabilities
+        (report_dir / "shards" / f"sm{capability.replace('.', '')}", ["--emulated-gpus", f"{gpus}x{capability}"])
+        for capability in generations
     ]
 
 
 def run_cells(
-    env: Path, matrix: Path, cells: Sequence[str], report_dir: Path, root: Path, release: str, symptoms: Sequence[str]
+    env: Path,
+    matrix: Path,
+    cells: Sequence[str],
+    report_dir: Path,
+    root: Path,
+    release: str,
+    symptoms: Sequence[str],
+    generations: Sequence[str] = (),
 ) -> Answers | EnvironmentFailure:
     """Run ``cells`` of ``matrix`` in ``env``: each cell's verdict and message, or why it gave none."""
-    report = run_lane(env, matrix, report_dir, root, ["-k", " or ".join(cells)])
+    report = run_lane(env, matrix, report_dir, root, ["-k", " or ".join(cells)], generations=generations)
     if report is None:
         return EnvironmentFailure(release, LANE, f"the lane wrote no report (see {report_dir})")
     return read_cells(json.loads(report.read_text()), release, symptoms)

@@ -12,23 +12,29 @@ from pathlib import Path
 import pytest
 
 from harness.bundled import matrix_path
+from harness.matrix import emulated_generations, load_matrix
 from harness.releases import envs
 
 pytestmark = pytest.mark.pure
 
 
-def test_selection_runs_once_into_its_report_folder(tmp_path: Path) -> None:
-    assert envs.runner_runs(matrix_path("selection"), tmp_path, 2) == [(tmp_path, [])]
+def test_only_the_gpu_emulated_lane_runs_per_generation() -> None:
+    assert emulated_generations(load_matrix(matrix_path("gpu-emulated"))) == ("9.0", "10.0")
+    assert emulated_generations(load_matrix(matrix_path("selection"))) == ()
+    assert emulated_generations(load_matrix(matrix_path("gpu"))) == ()  # real runners: one generation each
 
 
-def test_gpu_emulated_runs_once_per_generation_on_an_emulated_runner(tmp_path: Path) -> None:
-    runs = envs.runner_runs(matrix_path("gpu-emulated"), tmp_path, 2)
-    assert runs == [
+def test_a_lane_without_generations_runs_once_into_its_report_folder(tmp_path: Path) -> None:
+    assert envs.runner_runs(tmp_path, 2) == [(tmp_path, [])]
+
+
+def test_an_emulated_lane_runs_once_per_generation_on_an_emulated_runner(tmp_path: Path) -> None:
+    assert envs.runner_runs(tmp_path, 2, ("9.0", "10.0")) == [
         (tmp_path / "shards" / "sm90", ["--emulated-gpus", "2x9.0"]),
         (tmp_path / "shards" / "sm100", ["--emulated-gpus", "2x10.0"]),
     ]
     # -n 0 (no workers) still names one GPU: the plugin refuses zero.
-    assert envs.runner_runs(matrix_path("gpu-emulated"), tmp_path, 0)[0][1] == ["--emulated-gpus", "1x9.0"]
+    assert envs.runner_runs(tmp_path, 0, ("9.0",))[0][1] == ["--emulated-gpus", "1x9.0"]
 
 
 def test_run_lane_merges_the_generation_shards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,7 +50,10 @@ def test_run_lane_merges_the_generation_shards(tmp_path: Path, monkeypatch: pyte
             (tmp_path / "out" / "matrix.json").write_text("{}")
 
     monkeypatch.setattr(envs, "run_owned", fake_run)
-    report = envs.run_lane(tmp_path / "env", matrix_path("gpu-emulated"), tmp_path / "out", tmp_path, ["-k", "x"], 1)
+    generations = emulated_generations(load_matrix(matrix_path("gpu-emulated")))
+    report = envs.run_lane(
+        tmp_path / "env", matrix_path("gpu-emulated"), tmp_path / "out", tmp_path, ["-k", "x"], 1, generations
+    )
     assert report == tmp_path / "out" / "matrix.json"
     assert [command[3] for command in commands] == ["run", "run", "merge"]
     assert commands[0][commands[0].index("--emulated-gpus") + 1] == "1x9.0"

@@ -103,8 +103,15 @@ def test_the_command_merges_every_release_and_names_the_one_it_could_not_install
     ran: list[tuple[str, Sequence[str], int]] = []
 
     def fake_run_lane(
-        env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
+        env: Path,
+        matrix: Path,
+        report_dir: Path,
+        root: Path,
+        pytest_args: Sequence[str] = (),
+        workers: int = 0,
+        generations: Sequence[str] = (),
     ) -> Path | None:
+        assert generations == ()  # the selection lane runs once per release
         release = report_dir.name
         ran.append((release, tuple(pytest_args), workers))
         if release == "0.26.0":
@@ -162,8 +169,15 @@ def test_cells_that_crashed_importing_vllm_are_no_verdict_and_never_a_change(
     }
 
     def fake_run_lane(
-        env: Path, matrix: Path, report_dir: Path, root: Path, pytest_args: Sequence[str] = (), workers: int = 0
+        env: Path,
+        matrix: Path,
+        report_dir: Path,
+        root: Path,
+        pytest_args: Sequence[str] = (),
+        workers: int = 0,
+        generations: Sequence[str] = (),
     ) -> Path | None:
+        assert generations == ()  # the selection lane runs once per release
         return shard(tmp_path / "lane", report_dir.name, per_release[report_dir.name])
 
     monkeypatch.setattr(history_command, "run_lane", fake_run_lane)
