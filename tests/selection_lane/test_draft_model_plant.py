@@ -1,8 +1,8 @@
 """The draft class audit has teeth in the selection lane (issue 38): a vLLM whose loader builds the
-family's default class for every draft architecture is wrong-setting, naming model_class and both
-classes, in exactly the cells of the other registered draft classes whose draft vLLM builds (their
-expected verdict pass), and nowhere but the other classes' cells: the three families' own cells are the
-control."""
+family's default class for every draft architecture is caught in every cell of the other registered
+draft classes whose draft vLLM builds today (wrong-setting naming model_class and both classes, or a
+crash where the default class cannot read that class's config), changes no cell of the three
+families (the control), and changes nothing but the other classes' cells."""
 
 from __future__ import annotations
 
@@ -52,9 +52,13 @@ def test_a_loader_that_builds_the_family_default_class_is_wrong_setting_on_exact
     # still only the other classes' cells. The families' cells never change.
     assert should <= set(changed), sorted(should - set(changed))
     assert all(r.axes.get("method", "dflash") not in FAMILIES for r in changed.values()), sorted(changed)
-    for result in (changed[ident] for ident in should):
+    # Caught as the class audit names it, or as a crash where the default class cannot read the
+    # class's own config (a Laguna config's per-layer RoPE parameters under DFlashQwen3ForCausalLM).
+    named = [changed[ident] for ident in should if changed[ident].verdict == Verdict.WRONG_SETTING]
+    assert len(named) >= 20, len(named)
+    assert all(changed[ident].verdict in (Verdict.WRONG_SETTING, Verdict.CRASH) for ident in should)
+    for result in named:
         model = DRAFT_MODELS[str(result.axes["method"])]
-        assert result.verdict == Verdict.WRONG_SETTING, (result.id, result.verdict, result.message)
         assert f"model_class is {_family_class(model.family)}, the draft asked for {model.model_class}" in (
             result.message
         ), result.message
