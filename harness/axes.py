@@ -53,8 +53,25 @@ LOADERS = ("v1", "v2")
 CUDAGRAPH_MODES = ("eager", "graph")
 # The DFlash family: the draft's architecture and config format. dflash = DFlashDraftModel,
 # dflash2 = DFlash2DraftModel (method "dflash" in vLLM, its own V2 speculator), dspark =
-# Qwen3DSparkModel (method "dspark", its own V2 loader ``load_dspark_model``).
-METHODS = ("dflash", "dflash2", "dspark")
+# Qwen3DSparkModel (method "dspark", its own V2 loader ``load_dspark_model``); then one value per
+# other draft model class vLLM 0.34.0 registers for dflash and dspark (issue 38), each served under
+# its family's method and loader (harness/deployment/models.py DRAFT_MODELS, keyed by these).
+METHODS = (
+    "dflash",
+    "dflash2",
+    "dspark",
+    "dflash2_beam",
+    "dflash2_ricursive",
+    "qwen3_xpress",
+    "dflash_laguna",
+    "dflash_lilicorr",
+    "dspark_deepseek_v4",
+    "dspark_minimax_m3",
+    "dspark_k3",
+    "dspark_muse_spark",
+    "dspark_mistral_large4",
+    "dspark_gemma4",
+)
 # speculative_config.kv_cache_dtype; "target" = unset, the draft shares the target's cache dtype.
 DRAFT_KV_CACHE_DTYPES = ("target", *KV_CACHE_DTYPES)
 # The draft's layer layout. uniform: no ``layer_types``, every layer as dflash_config says;
@@ -234,7 +251,7 @@ def capability_token(value: AxisValue) -> str:
 AXES: tuple[Axis, ...] = (
     Axis("capability", "simulated or real GPU compute capability", _capability, capability_token),
     Axis("backend", "requested attention backend, or auto", _backend, lambda v: str(v)),
-    _choice("method", "the draft's architecture and config format: dflash, dflash2 or dspark", METHODS, "dflash"),
+    _choice("method", "the draft's model class (dflash, dflash2, dspark, ...)", METHODS, "dflash"),
     Axis("causal", "draft attention is causal", _boolean, lambda v: "causal" if v else "noncausal"),
     Axis("sink", "draft layers carry attention-sink logits", _boolean, lambda v: "sink" if v else "nosink"),
     Axis("sliding_window", "draft sliding window (0 = none)", _window, lambda v: f"swa{v}" if v else None, default=0),

@@ -74,6 +74,18 @@ def unregistered_architecture(error: Exception) -> str | None:
     return f"this vLLM release registers no model class for the draft's architecture {found.group(1)}"
 
 
+def unregistered_draft(architecture: str) -> str | None:
+    """Why the release cannot build a draft of ``architecture`` at all, asked of its model registry
+    before any config is built (None: registered). A class a release lacks may also make its config
+    unreadable first (vLLM 0.33.0's transformers has no mistral_large4_text config), which would read
+    as a refusal of the config rather than as the absent class it is."""
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    if architecture in ModelRegistry.get_supported_archs():
+        return None
+    return f"this vLLM release registers no model class for the draft's architecture '{architecture}'"
+
+
 def unaccepted_cache_dtype(asked: Mapping[str, str | None], accepted: tuple[str, ...] | None) -> str | None:
     """Why the release cannot take a KV-cache dtype the cell names: its ``CacheDType``
     (vllm/config/cache.py) does not list it. ``asked`` maps the engine argument (the target's

@@ -27,6 +27,7 @@ from harness.deployment.models import (
     ModelShape,
     config_only_target,
     draft_config,
+    draft_family,
     target_config,
 )
 
@@ -143,9 +144,14 @@ def write_draft(
         "hidden_norm.weight": _ones(shape.hidden),
         "norm.weight": _ones(shape.hidden),
     }
-    if spec.method == "dflash2":
+    family = draft_family(spec.method)
+    if weights and spec.method != family:
+        # The classes beyond the three families are built from their configs alone (the selection
+        # lane, dummy weights); no lane runs their forward pass, so no weights are named for them.
+        raise ValueError(f"no weights are written for draft method {spec.method!r}: configs only")
+    if family == "dflash2":
         tensors.update(_dflash2_weights(generator, shape))
-    elif spec.method == "dspark":
+    elif family == "dspark":
         tensors.update(_dspark_weights(generator, shape))
     sinks: list[tuple[float, ...]] = []
     for layer in range(shape.draft_layers):

@@ -25,7 +25,7 @@ from torch import nn
 from harness.attention import provenance
 from harness.attention.apis import ApiUnavailable, config_gap, unregistered_architecture, vllm_apis
 from harness.deployment.arguments import Deployment, engine_arguments
-from harness.deployment.models import V2_LOADERS, DraftTruth
+from harness.deployment.models import V2_LOADERS, DraftTruth, draft_family
 from harness.observation import Claim
 
 LOADERS = ("v1", "v2")
@@ -183,8 +183,8 @@ def v1_refusal(vllm_config: Any) -> str | None:
 
 
 def _v2_loader(method: str) -> Any:
-    """Model Runner V2's loader for the method (``harness.deployment.models.V2_LOADERS``)."""
-    module, function = V2_LOADERS[method]
+    """Model Runner V2's loader for the method's family (``harness.deployment.models.V2_LOADERS``)."""
+    module, function = V2_LOADERS[draft_family(method)]
     try:
         return getattr(importlib.import_module(module), function)
     except (ImportError, AttributeError) as exc:  # AttributeError: `from module import function` fails
@@ -210,7 +210,7 @@ def load_draft(
             model: nn.Module = load(target, vllm_config)
         return LoadedDraft(model, vllm_apis().v2_draft_causal(model, vllm_config), build=_last(builds))
     if loader == "v1":
-        if method == "dspark":
+        if draft_family(method) == "dspark":
             raise LoaderUnavailable("Model Runner V1 has no DSpark proposer")
         from vllm.v1.spec_decode.dflash import DFlashProposer
 

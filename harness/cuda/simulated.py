@@ -204,6 +204,13 @@ def install(gpu: SimulatedGpu) -> Installed:
     # ask for current_platform: vLLM 0.24 resolves it while `import vllm` itself runs
     # (vllm.utils.torch_utils computes PIN_MEMORY at import), 0.33 on first use.
     _after_module_executes("vllm.platforms", simulate)
+    # vLLM answers its questions about a model class (_ModelInfo) in a fresh interpreter
+    # (registry.py, _run_in_subprocess), which resolves the host's platform, not this one: a class
+    # whose module refuses a CPU platform at import (vLLM 0.34.0 vllm/models/mistral/
+    # mistral_large4/__init__.py: "only supported on NVIDIA and AMD GPUs") would fail there, where
+    # a GPU host's subprocess sees its GPU. So the questions are answered in this process, under
+    # the simulated platform, as harness/attention/modelinfo.py answers them on a tox run.
+    _after_module_executes("vllm.model_executor.models.registry", _inspect_in_this_process)
     import vllm.platforms as platforms
 
     if not simulated or platforms._current_platform is not simulated[0]:
@@ -211,6 +218,11 @@ def install(gpu: SimulatedGpu) -> Installed:
     platform = simulated[0]
     _installed = Installed(gpu, platform, libcuda)
     return _installed
+
+
+def _inspect_in_this_process(registry: ModuleType) -> None:
+    if callable(getattr(registry, "_run_in_subprocess", None)):
+        registry._run_in_subprocess = lambda fn: fn()  # type: ignore[attr-defined]
 
 
 def _answer_machine_questions(gpu: SimulatedGpu) -> None:

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.deployment.draft_options import speculative_fields
+from harness.deployment.models import DRAFT_MODELS
 from harness.deployment.settings import EngineSettings
 
 # vLLM's speculative method per family member: DFlash2 is served under "dflash" (its
-# DFlash2DraftModel architecture selects the speculator), DSpark under "dspark".
-SPECULATIVE_METHOD = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark"}
+# DFlash2DraftModel architecture selects the speculator), DSpark under "dspark"; each other draft
+# model class under its family's (harness.deployment.models.DRAFT_MODELS).
+SPECULATIVE_METHOD = {method: model.speculative_method for method, model in DRAFT_MODELS.items()}
 
 # FULL decode CUDA graphs captured for a number of tokens: metadata builders read the graph mode
 # when they are built and then take their graph paths (FlashInfer's CUDA-graph decode wrappers,

@@ -27,6 +27,7 @@ class ModelShape:
 
 
 SLIDING, FULL = "sliding_attention", "full_attention"
+MUSE_SPARK_QUERY_SCALE = 43.7840518911
 # Draft layer types per layout (harness.axes.LAYER_LAYOUTS); uniform writes no layer_types.
 _LAYER_TYPES = {"mixed": (SLIDING, FULL), "mixed_native": (SLIDING, FULL)}
 
@@ -87,7 +88,12 @@ class DraftTruth:
     @property
     def scale(self) -> float:
         # DFlash (like Qwen3) scales logits by head_dim ** -0.5 and the harness writes no override.
-        return float(self.shape.head_dim) ** -0.5
+        scale = float(self.shape.head_dim) ** -0.5
+        if self.spec.method == "dspark_muse_spark":
+            # A Muse Spark draft layer (QK-normed) multiplies it by 43.7840518911 / sqrt(head_dim)
+            # (vLLM 0.34.0 models/muse_spark/nvidia/model.py:1133-1143, scale_query_by).
+            scale *= MUSE_SPARK_QUERY_SCALE / float(self.shape.head_dim) ** 0.5
+        return scale
 
     @property
     def window(self) -> int | None:
@@ -264,8 +270,8 @@ KV_CACHE_QUANTIZATION_CONFIG: dict[str, object] = {
 }
 
 
-# Model Runner V2's loader per family member, (module, function): DFlash and DFlash2 share
-# ``load_dflash_model`` (DFlash2Speculator subclasses DFlashSpeculator); DSpark has its own.
+# Model Runner V2's loader per family (``DraftModel.family``), (module, function): DFlash and DFlash2
+# share ``load_dflash_model`` (DFlash2Speculator subclasses DFlashSpeculator); DSpark has its own.
 V2_LOADERS = {
     "dflash": ("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model"),
     "dflash2": ("vllm.v1.worker.gpu.spec_decode.dflash.utils", "load_dflash_model"),
@@ -273,8 +279,193 @@ V2_LOADERS = {
 }
 
 
+@dataclass(frozen=True)
+class DraftModel:
+    """One draft model class vLLM registers for dflash/dspark, as a checkpoint of it names it.
+
+    architecture: what config.json's ``architectures`` says (the registry's key, after vLLM's own
+    rewrites: EAGLEConfig prefixes "DFlash" to a dflash draft's name unless it has it already).
+    family: the config format and loader it shares (dflash, dflash2 or dspark: V2_LOADERS, and the
+    speculative method, dflash2 being served under "dflash"). model_class: the class the registry
+    maps ``architecture`` to (vllm/model_executor/models/registry.py, _SPECULATIVE_DECODING_MODELS).
+    """
+
+    architecture: str
+    family: str
+    model_class: str
+
+    @property
+    def speculative_method(self) -> str:
+        return "dspark" if self.family == "dspark" else "dflash"
+
+
+# Every value of the method axis (harness.axes.METHODS): the three the lanes have always written, and
+# one per other draft model class vLLM 0.34.0 registers for dflash and dspark (issue 38; a release
+# without the class answers unavailable: SpeculativeConfig's registry check, harness.attention.apis).
+DRAFT_MODELS: dict[str, DraftModel] = {
+    "dflash": DraftModel("DFlashDraftModel", "dflash", "DFlashQwen3ForCausalLM"),
+    "dflash2": DraftModel("DFlash2DraftModel", "dflash2", "DFlash2Qwen3ForCausalLM"),
+    "dspark": DraftModel("Qwen3DSparkModel", "dspark", "Qwen3DSparkForCausalLM"),
+    "dflash2_beam": DraftModel("DFlash2BeamDraftModel", "dflash2", "DFlash2BeamForCausalLM"),
+    "dflash2_ricursive": DraftModel("DFlash2RicursiveDraftModel", "dflash2", "RicursiveDFlash2ForCausalLM"),
+    "qwen3_xpress": DraftModel("DFlashQwen3XPressModel", "dflash", "Qwen3XPressForCausalLM"),
+    "dflash_laguna": DraftModel("DFlashLagunaForCausalLM", "dflash", "DFlashLagunaForCausalLM"),
+    "dflash_lilicorr": DraftModel("LiLiCorrDraftModel", "dflash", "LiLiCorrForCausalLM"),
+    "dspark_deepseek_v4": DraftModel("DSparkDraftModel", "dspark", "DSparkDeepseekV4ForCausalLM"),
+    "dspark_minimax_m3": DraftModel("DSparkMiniMaxDraftModel", "dspark", "MiniMaxM3DSparkForCausalLM"),
+    "dspark_k3": DraftModel("K3DSparkModel", "dspark", "K3DSparkForCausalLM"),
+    "dspark_muse_spark": DraftModel("MuseSparkDSparkModel", "dspark", "MuseSparkDSparkForCausalLM"),
+    "dspark_mistral_large4": DraftModel("MistralLarge4DSparkModel", "dspark", "MistralLarge4DSparkForCausalLM"),
+    "dspark_gemma4": DraftModel("Gemma4DSparkModel", "dspark", "Gemma4DSparkForCausalLM"),
+}
+
 # The architecture a draft checkpoint of each method (harness.axes.METHODS) names in config.json.
-DRAFT_ARCHITECTURES = {"dflash": "DFlashDraftModel", "dflash2": "DFlash2DraftModel", "dspark": "Qwen3DSparkModel"}
+DRAFT_ARCHITECTURES = {method: model.architecture for method, model in DRAFT_MODELS.items()}
+
+
+def draft_family(method: str) -> str:
+    """The family (dflash, dflash2, dspark) whose config format and loader ``method``'s class shares."""
+    if method not in DRAFT_MODELS:
+        raise ValueError(f"unknown draft method {method!r}")
+    return DRAFT_MODELS[method].family
+
+
+def class_config(method: str, shape: ModelShape) -> dict[str, object]:
+    """The config keys ``method``'s own class reads beyond its family's format (vLLM 0.34.0), at
+    the smallest values it takes; every draft layer full attention, as the families' uniform drafts
+    (the audit's truth: ``DraftTruth``)."""
+    layers = shape.draft_layers
+    if method == "dflash2_beam":
+        # models/beam/nvidia/dflash2.py: DFlash2BeamAttention asserts every layer non-causal
+        # sliding (its window is the config's sliding_window: none here), and the candidate head
+        # soft-caps its logits by dflash_config's final_logit_softcapping.
+        return {
+            "layer_types": ["sliding_attention"] * layers,
+            "is_causal": False,
+            "dflash_config": {"final_logit_softcapping": 30.0},
+        }
+    if method == "dflash2_ricursive":
+        # ricursive_dflash2.py: the layers in no_rope_layers skip RoPE (NoPE).
+        return {"no_rope_layers": [0]}
+    if method == "dflash_lilicorr":
+        # lilicorr.py LiLiCorrHead reads its geometry from dflash_config (candidate_topk a power of
+        # two up to 16); a hidden size of 0 is the draft's own.
+        return {
+            "dflash_config": {
+                "lilicorr_hidden_size": 0,
+                "lilicorr_candidate_topk": 4,
+                "lilicorr_num_heads": 2,
+                "lilicorr_mlp_ratio": 2,
+                "lilicorr_factor_dim": 8,
+                "lilicorr_vector_eps": 1e-6,
+                "lilicorr_logit_scale": 1.0,
+                "lilicorr_num_layers": 1,
+            }
+        }
+    if method == "dflash_laguna":
+        # laguna_dflash.py: Laguna decoder layers (a LagunaConfig, model_type laguna), uniform
+        # layer_types, dense MLPs (mlp_layer_types; "sparse" is MoE) and a draft_vocab_size equal
+        # to the target's vocab.
+        return {
+            "model_type": "laguna",
+            "layer_types": ["full_attention"] * layers,
+            "mlp_layer_types": ["dense"] * layers,
+            "draft_vocab_size": shape.vocab,
+        }
+    if method == "dspark_gemma4":
+        # gemma4_dspark.py reads a Gemma 4 text config: per_layer_config (a full layer's head size
+        # is global_head_dim), and target_layer_ids at the top level (SpeculativeConfig copies it to
+        # dspark_target_layer_ids).
+        return {
+            "model_type": "gemma4_text",
+            "layer_types": ["full_attention"] * layers,
+            "global_head_dim": shape.head_dim,
+            "num_global_key_value_heads": shape.kv_heads,
+            "target_layer_ids": list(range(shape.target_layers)),
+        }
+    if method == "dspark_minimax_m3":
+        # models/minimax_m3/common/dspark.py: a dense-FFN draft (the only kind it builds) with a
+        # clamped SwiGLU; SpeculativeConfig renames dspark_markov_rank to markov_rank.
+        return {
+            "dspark_markov_rank": DSPARK_MARKOV_RANK,
+            "dspark_use_dense_ffn": True,
+            "dspark_ffn_hidden_size": shape.intermediate,
+            "swiglu_alpha": 1.702,
+            "swiglu_limit": 7.0,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+        }
+    if method == "dspark_muse_spark":
+        # models/muse_spark/common/dspark.py requires MuseSparkDSparkConfig (model_type
+        # muse_spark_dspark, vllm/transformers_utils/configs/muse_spark.py); its layers are causal
+        # whatever the config says (dspark.py:137), so its cells are causal ones.
+        return {
+            "model_type": "muse_spark_dspark",
+            "target_hidden_size": shape.hidden,
+            "target_layer_ids": list(range(shape.target_layers)),
+            "mask_token_id": shape.mask_token_id,
+            "draft_vocab_size": shape.vocab,
+            # Dense layers (models/muse_spark/nvidia/model.py MuseSparkDecoderLayer: a draft layer
+            # is MoE when config.moe.is_enabled), of intermediate_size_mlp.
+            "moe": {"is_enabled": False},
+            "intermediate_size_mlp": shape.intermediate,
+            "enable_confidence_head": False,
+            "confidence_head_with_markov": False,
+        }
+    if method == "dspark_k3":
+        return {
+            "model_type": "k3_dspark",
+            "q_lora_rank": 64,
+            "kv_lora_rank": 64,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": 64,
+            "target_hidden_size": shape.hidden,
+            "target_layer_ids": list(range(shape.target_layers)),
+        }
+    if method == "dspark_mistral_large4":
+        # A Mistral Large 4 text config (MLA attention) with the DSpark keys vLLM's own converter
+        # writes from a checkpoint's "mtp.dspark" block (vllm/transformers_utils/configs/
+        # mistral.py:477 get_mistral_large_4_dspark_config): the draft as vLLM would see it.
+        return {
+            "model_type": "mistral_large4_text",
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+            "kv_lora_rank": 64,
+            "q_lora_rank": None,
+            "qk_rope_head_dim": 32,
+            "qk_nope_head_dim": 64,
+            "v_head_dim": 64,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "index_topk": 64,
+            "index_n_heads": 2,
+            "layer_types": ["full_attention"] * layers,
+            "sliding_window": None,
+            "n_predict": 4,
+            "dspark_block_size": 4,
+            "dspark_head_type": "vanilla",
+            "dspark_draft_input": "shared_mask",
+            "draft_vocab_size": shape.vocab,
+            "target_hidden_size": shape.hidden,
+            "sample_from_anchor": True,
+            "ssmax_scaling": False,
+            "dflash_config": {"use_aux_hidden_state": True},
+        }
+    if method == "dspark_deepseek_v4":
+        return {
+            "model_type": "deepseek_v4",
+            "dspark_target_layer_ids": list(range(shape.target_layers)),
+            "dspark_markov_rank": DSPARK_MARKOV_RANK,
+            "n_mtp_layers": 1,
+            "q_lora_rank": 64,
+            "o_lora_rank": 64,
+            "o_groups": 2,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64,
+            "index_topk": 64,
+        }
+    return {}
 
 
 def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
@@ -294,13 +485,15 @@ def draft_config(spec: DraftSpec, shape: ModelShape) -> dict[str, object]:
             dflash_config["swa_window_size"] = spec.sliding_window
     elif spec.sliding_window:
         dflash_config.update(use_swa=True, swa_window_size=spec.sliding_window)
-    if spec.method not in DRAFT_ARCHITECTURES:
-        raise ValueError(f"unknown draft method {spec.method!r}")
+    family = draft_family(spec.method)
     architecture = DRAFT_ARCHITECTURES[spec.method]
-    if spec.method == "dflash2":
+    if family == "dflash2":
         dflash_config.update(DFLASH2_CONFIG)
-    elif spec.method == "dspark":
+    elif family == "dspark":
         extra["markov_rank"] = DSPARK_MARKOV_RANK
+    own = class_config(spec.method, shape)
+    dflash_config.update(own.pop("dflash_config", {}))  # type: ignore[call-overload]
+    extra.update(own)
     if spec.kv_scales:
         extra["quantization_config"] = KV_CACHE_QUANTIZATION_CONFIG
     return qwen3_config(

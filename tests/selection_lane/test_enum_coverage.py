@@ -17,12 +17,13 @@ MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
 
 def test_a_backend_missing_from_the_matrix_is_named_in_every_cell(tmp_path: Path) -> None:
     # The shipped matrix minus FLEX_ATTENTION (from the backend axis and from the family's and the
-    # draft heads' and the adaptive-verification [[product]] blocks, which list every backend too): the lane must
+    # draft heads', the adaptive-verification and the two draft-class [[product]] blocks, which list every
+    # backend, or every CUDA one, too): the lane must
     # name exactly that member,
     # which also proves the shipped matrix names every other decoder member of this vLLM.
     text = MATRIX.read_text()
     trimmed, removed = re.subn(r'^\s*"FLEX_ATTENTION",\n', "", text, flags=re.MULTILINE)
-    assert removed == 4
+    assert removed == 6
     matrix = tmp_path / "selection.toml"
     matrix.write_text(trimmed.replace('expectations = "expectations/selection.toml"\n', ""))
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness.deployment.models import draft_family
 from harness.matrix import expand, load_matrix
 from harness.result import CellResult
 from harness.runner.session import run_matrix
@@ -83,7 +84,8 @@ def _plant_run(plant: str, keep: Callable[[dict[str, Any]], bool]) -> list[CellR
 
 
 def _built_by_load_dflash_model(axes: Mapping[str, Any]) -> bool:
-    return axes["loader"] == "v2" and axes["method"] in ("dflash", "dflash2")
+    # Every draft class of the dflash and dflash2 families (issue 38's other classes among them).
+    return axes["loader"] == "v2" and draft_family(str(axes["method"])) in ("dflash", "dflash2")
 
 
 def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exactly_behind_an_fp8_target() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.attention import audit, draft_options, kv_cache, provenance
-from harness.attention.apis import ApiUnavailable, vllm_apis
+from harness.attention.apis import ApiUnavailable, unregistered_draft, vllm_apis
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.draft import engine_config
 from harness.attention.kv_cache import KvCacheLayout
@@ -22,10 +22,11 @@ from harness.contracts.lanes import SELECTION, SelectionOptions
 from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
 from harness.deployment.cells import selection_deployment
 from harness.deployment.draft_options import DRAFT_OPTIONS, NO_OPTION
-from harness.deployment.models import SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape
+from harness.deployment.models import DRAFT_MODELS, SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape, draft_family
 from harness.deployment.settings import draft_shape, draft_spec
 from harness.lanes.selection.census import census, not_in_matrix
 from harness.lanes.selection.rejections import (
+    MLA_REFUSED,
     NO_CPU_KERNEL,
     NO_DRIVER,
     NO_VALID_BACKEND,
@@ -86,6 +87,12 @@ class BuiltDraft:
     option: draft_options.OptionCheck | None = None
     # Every other attribute and config field against what the draft asked (issue 38).
     provenance: provenance.Judgement | None = None
+    # The model class vLLM built for the draft's architecture (type(model).__name__), and the one
+    # its registry maps that architecture to (harness.deployment.models.DRAFT_MODELS): issue 38's
+    # other classes share loaders and configs with the three families, so a loader (or a config
+    # rewrite) that builds another family's class must not pass as the class the checkpoint names.
+    model_class: str = ""
+    asked_class: str = ""
 
 
 class _V1Refusal(Exception):
@@ -287,6 +294,12 @@ class ProcessState:
                 details["draft"] = f"loader refused it too: {one_line(error, 300)}"
                 return seen(platform_choice=platform_choice, rejection=answered.rejection)
             selected = SELECTED.search(str(error))
+            if selected is not None and MLA_REFUSED in str(error):
+                # The draft's layers are MLA (K3's and Mistral Large 4's DSpark drafts), which the
+                # platform question (the lane's non-MLA selector config) did not ask: vLLM's selector
+                # refuses the requested backend for them at load (v1/attention/selector.py), a refusal.
+                details["draft"] = f"the loader refused the request for MLA draft layers: {one_line(error, 300)}"
+                return seen(platform_choice=platform_choice, rejection=(one_line(error, 600),))
             if selected is not None and selected.group(1) != platform_choice:
                 # The platform accepts the request, yet the loader selected another backend for
                 # the draft's layers (e.g. the target's backend_per_kind), which refused them.
@@ -325,6 +338,9 @@ class ProcessState:
         if layers.option is not None:
             details["draft_option"] = {"read": layers.option.read, "not_judged": list(layers.option.not_judged)}
         lost = tuple(str(found) for found in audit.differences(layers.names, wanted, layers.settings))
+        details["draft_model_class"] = layers.model_class
+        if layers.model_class != layers.asked_class:
+            lost = (str(audit.SettingDifference("model", "model_class", layers.asked_class, layers.model_class)), *lost)
         lost += layers.option.lost if layers.option is not None else ()
         if layers.provenance is not None:
             details["provenance"] = provenance.details(layers.provenance)
@@ -463,6 +479,8 @@ class ProcessState:
         # lost request), so its host patch is always in place before a build.
         self._allow_flashinfer_on_host()
         option = str(SELECTION.value(cell.values, "draft_option"))
+        if (absent := unregistered_draft(DRAFT_MODELS[str(cell.get("method", "dflash"))].architecture)) is not None:
+            raise ApiUnavailable(absent)
         try:
             config = self.engine_config(cell)
         except ValueError as error:  # pydantic's ValidationError is one
@@ -527,6 +545,8 @@ class ProcessState:
             startup=startup,
             option=draft_options.check(option, config, loaded.build) if option != NO_OPTION else None,
             provenance=judged,
+            model_class=type(loaded.model).__name__,
+            asked_class=DRAFT_MODELS[method].model_class,
         )
 
     def provenance(
@@ -549,8 +569,8 @@ class ProcessState:
             )
         target = provenance.config_fields(config)
         draft = provenance.config_fields(draft_config)
-        method = str(cell.get("method", "dflash"))
-        return provenance.combine(layers, provenance.judge_config(draft, target, overrides, method))
+        family = draft_family(str(cell.get("method", "dflash")))
+        return provenance.combine(layers, provenance.judge_config(draft, target, overrides, family))
 
     def lay_out_kv_cache(
         self, cell: Cell, loader: str, config: Any, target: Any, target_layers: tuple[str, ...], loaded: Any

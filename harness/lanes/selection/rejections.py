@@ -14,6 +14,8 @@ SELECTED = re.compile(r"Selected backend AttentionBackendEnum\.(\w+) is not vali
 # for a target's own layers, vLLM refuses the deployment (a KV-cache dtype no CUDA backend stores:
 # octave_*, fp8_inc, the *_ds_mla caches).
 NO_VALID_BACKEND = re.compile(r"No valid attention backend found for")
+# A backend's validate_configuration reason for layers that use MLA (AttentionBackend.supports_mla).
+MLA_REFUSED = "MLA not supported"
 _REASONS = re.compile(r"Reason: (\[.*\])\s*$", re.DOTALL)
 # What vLLM's CUDA code says where it needs a real device: a limit of this host, not a verdict.
 NO_DRIVER = "Found no NVIDIA driver"
