@@ -150,30 +150,10 @@ def draft_takes_target_heads(lane: SelectionLane) -> None:
     ``get_num_kv_heads`` do (FlashInfer's kernel-block and query-length gates, FLEX_ATTENTION's
     and 0.33.0 TRITON_ATTN's builders): a draft's loader builds it under the target's model
     config, so a draft layer carries the target's heads exactly where they differ from its own."""
-    lane.after_install(_install_target_heads)
+    # The kernel lanes' plant, one definition (tests/cpu_lane/plants.py; gpu-emulated calls it too).
+    from cpu_lane.plants import install_target_heads
 
-
-def _install_target_heads() -> None:
-    from vllm.config import get_current_vllm_config
-    from vllm.model_executor.layers.attention.attention import Attention
-
-    init = Attention.__init__
-
-    @functools.wraps(init)
-    def planted(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        config = get_current_vllm_config()
-        heads = config.model_config.get_num_attention_heads(config.parallel_config)
-        kv_heads = config.model_config.get_num_kv_heads(config.parallel_config)
-        # The layer and its impl alike, so the layer stays self-consistent (its KV-cache spec and the
-        # group builders' per-layer head counts agree) and only the audit can tell.
-        for holder in (self, getattr(self, "impl", None)):
-            if holder is not None:
-                holder.num_heads, holder.num_kv_heads = heads, kv_heads
-                if hasattr(holder, "num_queries_per_kv"):
-                    holder.num_queries_per_kv = heads // kv_heads
-
-    Attention.__init__ = planted
+    lane.after_install(install_target_heads)
 
 
 # The engine's packed KV caches (engine/arg_utils.py: TurboQuant and UltraQuant, for which it also
