@@ -128,16 +128,20 @@ def vllm_choice(
     return requirement, overrides
 
 
-def install_pins_refusal(env_dir: Path, overrides: str) -> str | None:
-    """One line when ``env_dir`` holds a vLLM installed with other pins than ``overrides`` (its
-    install record, harness/releases/install.py); None when they agree or nothing is installed yet."""
+def install_pins_refusal(env_dir: Path, requirement: str, overrides: str) -> str | None:
+    """One line when ``env_dir`` holds ``requirement`` installed with other pins than ``overrides``
+    (its install record, harness/releases/install.py); None when they agree, nothing is installed
+    yet, or another requirement is (tox recreates an env whose deps changed)."""
     record = env_dir / _installer().INSTALL_RECORD
     if not record.is_file():
         return None
     try:
-        installed = json.loads(record.read_text()).get("overrides", [])
+        document = json.loads(record.read_text())
+        installed, requirements = document.get("overrides", []), document.get("requirements", [])
     except (OSError, ValueError, AttributeError):
         return f"dflash-matrix: {record}: not an install record; rebuild the env (tox -r)"
+    if requirement not in requirements:
+        return None
     wanted = [] if overrides in ("", "none") else overrides.split()
     if sorted(installed) == sorted(wanted):
         return None
@@ -316,8 +320,8 @@ def _check_cpu_torch(tox_env: Any) -> None:
 def _check_install_pins(conf: Any) -> None:
     if "install_command" not in conf or not any(str(arg).endswith(INSTALLER) for arg in conf["install_command"].args):
         return
-    _, overrides = vllm_choice(os.environ, _default_release(), _recorded_pins)
-    refusal = install_pins_refusal(Path(conf["env_dir"]), overrides)
+    requirement, overrides = vllm_choice(os.environ, _default_release(), _recorded_pins)
+    refusal = install_pins_refusal(Path(conf["env_dir"]), requirement, overrides)
     if refusal is not None:
         raise _Refusal(refusal, 2)
 

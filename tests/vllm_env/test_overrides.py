@@ -202,12 +202,16 @@ def test_a_default_env_installed_with_other_pins_is_refused(tmp_path: Path) -> N
     pytest.importorskip("tox")
     toxfile = _toxfile()
     record = tmp_path / installer.INSTALL_RECORD
-    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is None  # nothing installed yet
-    record.write_text(json.dumps({"overrides": ["flashinfer-python==0.7.4"]}))
-    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is None
-    line = toxfile.install_pins_refusal(tmp_path, "")
+    pins = "flashinfer-python==0.7.4"
+    assert toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", pins) is None  # nothing installed yet
+    record.write_text(json.dumps({"requirements": ["vllm==0.34.0"], "overrides": [pins]}))
+    assert toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", pins) is None
+    line = toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", "")
     assert line is not None and "rebuild it (tox -r)" in line and "\n" not in line
-    record.write_text(json.dumps({"overrides": []}))
-    assert toxfile.install_pins_refusal(tmp_path, "none") is None
-    assert toxfile.install_pins_refusal(tmp_path, "flashinfer-python==0.7.4") is not None
+    record.write_text(json.dumps({"requirements": ["vllm==0.34.0"], "overrides": []}))
+    assert toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", "none") is None
+    assert toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", pins) is not None
+    # Another release in the env (the default moved on): tox recreates it for its changed deps itself.
+    record.write_text(json.dumps({"requirements": ["vllm==0.33.0"], "overrides": []}))
+    assert toxfile.install_pins_refusal(tmp_path, "vllm==0.34.0", pins) is None
     assert str(OVERRIDES_FILE).endswith(toxfile.INSTALLER.replace("install.py", "overrides.toml"))
