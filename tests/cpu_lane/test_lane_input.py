@@ -31,8 +31,8 @@ def test_axis_the_cpu_lane_cannot_vary_is_one_line(tmp_path):
         create(load_matrix(path))
     assert error.value.line() == (
         f"{path}: axes.capability: the cpu lane cannot vary this axis "
-        "(valid: backend, method, causal, sink, sliding_window, layers, head_size, dtype, kv_cache_dtype, "
-        "draft_kv_cache_dtype, target_model, loader, context)"
+        "(valid: backend, method, causal, sink, sliding_window, layers, head_size, draft_heads, dtype, "
+        "kv_cache_dtype, draft_kv_cache_dtype, target_model, loader, context)"
     )
 
 
@@ -58,8 +58,10 @@ def test_shipped_matrix_is_whole():
     cells = expand(matrix)
     # backend 4 x causal 2 x sink 2 x window 3 x dtype 3 x loader 2 on the qwen3 target, the
     # mistral_swa target on backend 4 x causal 2 x sink 2 x loader 2 (full bf16 drafts), then 29
-    # cells covering the family's axes pairwise (4 of them for the draft's fp8 KV cache)
-    assert len(cells) == 288 + 32 + 29
+    # cells covering the family's axes pairwise (4 of them for the draft's fp8 KV cache), then the
+    # draft's own heads (4/4, 8/2) on every backend request x causal x sink in bf16 and CPU_ATTN's
+    # fp16/fp32 non-causal sink cells (32 + 4)
+    assert len(cells) == 288 + 32 + 29 + 32 + 4
     assert sum(cell.get("draft_kv_cache_dtype") == "fp8" for cell in cells) == 4
     assert {cell.tolerance for cell in cells} == {matrix.tolerance_for(d) for d in ("bfloat16", "float16", "float32")}
     assert None not in {cell.tolerance for cell in cells}
