@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.deployment.models import SELECTION_SHAPE, TARGET_HEADS
-from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import seam_plants
+from .slices import plant_slice_cells
 
 pytestmark = pytest.mark.vllm
 
@@ -38,7 +38,7 @@ def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_wher
     controls = {f"sm90-{backend}-noncausal-nosink-v2-cubin" for backend in ("auto", "FLASH_ATTN", "FLASHINFER")}
     cells = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] == "9.0"
         and c.values["flashinfer_cubin"]
         and (

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from harness.axes import AXES_BY_NAME
-from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import dropped_option
+from .slices import plant_slice_cells
 
 pytestmark = pytest.mark.vllm
 
@@ -38,7 +38,7 @@ AT_DEFAULT = (
 def test_a_speculative_option_the_loader_drops_is_wrong_setting_exactly_where_the_draft_set_it() -> None:
     cells = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] == "9.0"
         and c.values["backend"] == "auto"
         and not c.values["causal"]

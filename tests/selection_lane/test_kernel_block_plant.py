@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from harness.axes import BLOCK_SIZE_UNSET
-from harness.matrix import expand, load_matrix
 from harness.result import CellResult
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import seam_plants
 from .kernel_blocks import DEFAULT_BLOCK
+from .slices import plant_slice_cells
 
 pytestmark = pytest.mark.vllm
 
@@ -34,7 +34,7 @@ def _runner_blocks(result: CellResult) -> set[int]:
 def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_the_block_size_is_set() -> None:
     cells = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] == "9.0"
         and c.values["backend"] in ("TRITON_ATTN", "FLASHINFER")
         and c.values["target_attention"] in ("FLASHINFER", "auto")
@@ -68,6 +68,10 @@ def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_th
             assert f"kernel_block_size is {DEFAULT_BLOCK} in the speculator's metadata builder" in result.message, (
                 result.message
             )
+        elif result.finding is not None and result.finding.id == "v2-speculator-kernel-block-diverges":
+            # vLLM's own divergence (the speculator on the block size, the runner on a smaller kernel
+            # block): where the plant's block is the runner's kernel block, the plant happens to undo it.
+            assert result.verdict == Verdict.PASS, (result.id, result.verdict, result.message)
         else:
             assert result.verdict == result.expected, (result.id, result.verdict, result.message)
 
@@ -75,7 +79,7 @@ def test_a_speculator_on_its_own_kernel_blocks_is_wrong_setting_exactly_where_th
 def test_a_speculator_on_the_runners_kernel_blocks_passes_where_vllm_033_disagrees() -> None:
     cells = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] == "9.0"
         and c.values["backend"] == "TRITON_ATTN"
         and c.values["target_attention"] == "FLASHINFER"

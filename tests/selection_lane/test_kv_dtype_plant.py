@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import seam_plants
 from .pre_fix import BEFORE_FIX, VLLM
+from .slices import plant_slice_cells
 
 pytestmark = [
     pytest.mark.vllm,
@@ -38,7 +38,7 @@ def _planted(axes: Mapping[str, Any]) -> bool:
 def test_the_targets_packed_cache_forced_on_the_draft_changes_exactly_the_cells_whose_draft_asked_for_another() -> None:
     cells = [
         c.id
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] in ("9.0", "10.0") and c.values.get("kv_cache_dtype") in TARGET_CACHES
     ]
     results = run_matrix(MATRIX, plants=[f"{seam_plants.__name__}:target_packed_kv_forced_on_draft"], cell_ids=cells)

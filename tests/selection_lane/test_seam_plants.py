@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from harness.deployment.models import draft_family
-from harness.matrix import expand, load_matrix
 from harness.result import CellResult
 from harness.runner.session import run_matrix
 from harness.verdict import Verdict
 
 from . import seam_plants
 from .pre_fix import BEFORE_FIX, VLLM
+from .slices import plant_slice_cells
 
 pytestmark = [
     pytest.mark.vllm,
@@ -79,7 +79,7 @@ def _plant_run(plant: str, keep: Callable[[dict[str, Any]], bool]) -> list[CellR
     # cubins decide only which backend serves a cell. So each test takes the cells with
     # FlashInfer's cubins of one or two generations whose backends answer differently for its dtypes
     # (each generation is a cell process of its own, a vLLM import, plus its cells).
-    cells = [c for c in expand(load_matrix(MATRIX)) if keep(c.values) and c.values["flashinfer_cubin"]]
+    cells = [c for c in plant_slice_cells() if keep(c.values) and c.values["flashinfer_cubin"]]
     return run_matrix(MATRIX, plants=[f"{seam_plants.__name__}:{plant}"], cell_ids=[c.id for c in cells])
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.matrix import expand, load_matrix
 from harness.runner.session import run_matrix
 from harness.stages import Stage
 from harness.verdict import Verdict
 
 from . import seam_plants
+from .slices import plant_slice_cells
 
 pytestmark = pytest.mark.vllm
 
@@ -32,7 +32,7 @@ def _draft_on_triton(details: dict[str, object]) -> bool:
 def test_a_builder_gate_on_the_targets_heads_stops_exactly_the_triton_drafts_behind_other_heads() -> None:
     cells = [
         c
-        for c in expand(load_matrix(MATRIX))
+        for c in plant_slice_cells()
         if c.values["capability"] == "9.0"
         and c.values["backend"] in ("TRITON_ATTN", "auto", *OTHER_BUILDERS)
         and (
