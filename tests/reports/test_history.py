@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,27 @@ def histories(tmp: Path, per_release: dict[str, list[CellResult]]) -> Any:
     # Written in an order other than the releases' own: the view sorts by version, not input.
     paths = [shard(tmp, release, cells) for release, cells in reversed(per_release.items())]
     return release_history(merge(load_inputs([str(p) for p in paths])))
+
+
+def _selection_lane(
+    lane: Callable[[Path, Sequence[str], int], Path | None],
+) -> Callable[..., Path | None]:
+    """A stand-in for ``run_lane`` with its signature: ``lane(report_dir, pytest_args, workers)``
+    answers each release; the selection lane runs once per release (no emulated generations)."""
+
+    def run_lane(
+        env: Path,
+        matrix: Path,
+        report_dir: Path,
+        root: Path,
+        pytest_args: Sequence[str] = (),
+        workers: int = 0,
+        generations: Sequence[str] = (),
+    ) -> Path | None:
+        assert generations == ()
+        return lane(report_dir, pytest_args, workers)
+
+    return run_lane
 
 
 def test_a_change_is_marked_in_the_release_it_happened(tmp_path: Path) -> None:
@@ -102,23 +123,14 @@ def test_the_command_merges_every_release_and_names_the_one_it_could_not_install
     verdicts = {"0.24.0": "wrong-backend", "0.25.0": "pass", "0.33.0": "pass"}
     ran: list[tuple[str, Sequence[str], int]] = []
 
-    def fake_run_lane(
-        env: Path,
-        matrix: Path,
-        report_dir: Path,
-        root: Path,
-        pytest_args: Sequence[str] = (),
-        workers: int = 0,
-        generations: Sequence[str] = (),
-    ) -> Path | None:
-        assert generations == ()  # the selection lane runs once per release
+    def lane(report_dir: Path, pytest_args: Sequence[str], workers: int) -> Path | None:
         release = report_dir.name
         ran.append((release, tuple(pytest_args), workers))
         if release == "0.26.0":
             return None  # the lane died before writing its report
         return shard(tmp_path / "lane", release, [cell(**SINK, verdict=verdicts[release])])
 
-    monkeypatch.setattr(history_command, "run_lane", fake_run_lane)
+    monkeypatch.setattr(history_command, "run_lane", _selection_lane(lane))
     monkeypatch.setattr(history_command, "release_envs", lambda args, sub: FakeEnvs(tmp_path / "cache"))
     offered = ("0.34.0", "0.33.0", "0.26.0", "0.25.0", "0.24.0", "0.23.0")
     monkeypatch.setattr("harness.commands.release_range.offered_releases", lambda: offered)
@@ -168,19 +180,10 @@ def test_cells_that_crashed_importing_vllm_are_no_verdict_and_never_a_change(
         "0.29.0": [cell(**SINK), cell("FLASH_ATTN", verdict="crash", message="ValueError: a real change")],
     }
 
-    def fake_run_lane(
-        env: Path,
-        matrix: Path,
-        report_dir: Path,
-        root: Path,
-        pytest_args: Sequence[str] = (),
-        workers: int = 0,
-        generations: Sequence[str] = (),
-    ) -> Path | None:
-        assert generations == ()  # the selection lane runs once per release
+    def lane(report_dir: Path, pytest_args: Sequence[str], workers: int) -> Path | None:
         return shard(tmp_path / "lane", report_dir.name, per_release[report_dir.name])
 
-    monkeypatch.setattr(history_command, "run_lane", fake_run_lane)
+    monkeypatch.setattr(history_command, "run_lane", _selection_lane(lane))
     envs = FakeEnvs(tmp_path / "cache", recorded=load_overrides(), python="3.11")
     monkeypatch.setattr(history_command, "release_envs", lambda args, sub: envs)
     out = tmp_path / "history"
