@@ -1,5 +1,6 @@
 """What a cell process does to itself whatever its lane: keep its long-lived state out of the
-garbage collector's reach, and start each cell from the same vLLM process state.
+garbage collector's reach, keep the memory it frees for its next cell, and start each cell from
+the same vLLM process state.
 
 A lane imports most of vLLM lazily (model, loader and backend modules: hundreds of thousands
 of objects), and vLLM's model loader calls ``gc.collect()`` twice per model it builds; every
@@ -12,6 +13,7 @@ later can never be reclaimed.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import gc
 import sys
@@ -22,6 +24,34 @@ from typing import Any
 def freeze_process_state() -> None:
     gc.collect()
     gc.freeze()
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_KEEP_UP_TO_BYTES = 2**31 - 1  # mallopt takes an int
+
+
+def keep_freed_memory() -> bool:
+    """Serve every allocation from the heap and keep what is freed there, for the next cell.
+
+    Each cell builds its models and backends anew, and some builders allocate a large zeroed
+    buffer each time (FlashInfer's metadata builder: a 394 MiB workspace, ``torch.zeros``, for
+    every builder of every FlashInfer cell). glibc serves an allocation that large with a fresh
+    ``mmap`` and unmaps it when freed, so every cell faulted in and the kernel zeroed each page
+    again before torch zeroed it once more: a FlashInfer selection cell took about three times
+    as long as a cell without one (benchmarks/README.md). With mmap off and the heap never
+    unmapped (up to 2 GiB of it), the next cell reuses the same pages. Only where memory comes from
+    changes, never what a tensor holds or what vLLM is told (the lanes answer its questions
+    about memory from their declared machine), so no verdict can move. Not glibc: a no-op.
+    """
+    if sys.platform != "linux":
+        return False
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)  # the C library the process runs on
+    if mallopt is None:  # musl has none
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_UP_TO_BYTES))
 
 
 # The type of what ``functools.cache`` and ``functools.lru_cache`` return (the C wrapper), asked of

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from harness.cell_process import freeze_process_state
+from harness.cell_process import freeze_process_state, keep_freed_memory
 from harness.contracts.lanes import CONTRACTS
 from harness.lanes.protocol import Lane
 from harness.matrix import Cell, Matrix
@@ -83,6 +83,7 @@ def serve(conn: Connection, request: ChildRequest, stage_slot: Any) -> None:
     die_with_parent(request.parent)
     # Before the lane imports anything: OpenMP and torch read their thread counts at start-up.
     os.environ.update(request.environment)
+    keep_freed_memory()
     stages = _Stages(stage_slot)
     try:
         if preload_failure is not None:
