@@ -464,6 +464,12 @@ def class_config(method: str, shape: ModelShape) -> dict[str, object]:
             "num_experts_per_tok": 2,
             "moe_intermediate_size": 64,
             "index_topk": 64,
+            # DeepSeek-V4's hyper-connections, as its checkpoints carry them: 0.30.0-0.32.0's class
+            # reads hc_mult and hc_eps from the draft's config, and without them the lane's draft
+            # could not be built there at all (the lane's limit, not vLLM's).
+            "hc_mult": 4,
+            "hc_eps": 1e-6,
+            "hc_sinkhorn_iters": 20,
         }
     return {}
 
