@@ -39,12 +39,13 @@ from harness.attention import provenance
 from harness.attention.differential import v1_differential
 from harness.attention.paged import Batch, Inputs
 from harness.attention.reference import Fp8Accumulation
+from harness.attention.rejections import StartupStop, startup_stop
 from harness.attention.workspace import Workspace
 from harness.deployment.arguments import Deployment
 from harness.deployment.models import DraftSpec, DraftTruth
 from harness.deployment.settings import EngineSettings, draft_spec
 from harness.matrix import Cell
-from harness.observation import Claim, LoaderDifferential, Observation, one_line
+from harness.observation import HOST_LIMIT, Claim, Failure, LoaderDifferential, Observation, one_line
 from harness.stages import Stage, StageLog
 from harness.verdict import Verdict, judge
 
@@ -411,12 +412,14 @@ def layout_target(cell: Configured) -> tuple[str, ...] | str:
 
 def bind_kv_cache(
     cell: Configured, built: Built, attention_config: Any, batches: Sequence[Batch], plan: CellPlan
-) -> tuple[dict[str, Any], tuple[str, ...]]:
+) -> tuple[dict[str, Any], tuple[str, ...]] | Observation:
     """The KV cache of the cell's target and draft laid out by vLLM (``kv_cache.bind``, with the
     V2 speculator's or V1 proposer's attention groups, as the selection lane lays it out), sized
     for the cell's batches: each draft layer's bound cache, and the kernel-block disagreements.
-    Where vLLM refuses the layout, the cell keeps the harness's own cache and says why in
-    ``details["kv_cache"]``. Runs under the cell's config, after ``settle_kv_cache``."""
+    Where vLLM refuses the layout, the engine stops at start-up with these layers and that is the
+    cell's verdict (``stopped_at_startup``), as in the selection lane; only a release that lacks
+    the layout functions keeps the harness's own cache, saying so in ``details["kv_cache"]``.
+    Runs under the cell's config, after ``settle_kv_cache``."""
     from harness.attention import kv_cache
     from harness.attention.paged import blocks_needed
 
@@ -441,13 +444,25 @@ def bind_kv_cache(
             config, draft_layers, plan.device, speculator, kv_cache.budget_bytes(config, blocks)
         )
     except ValueError as error:
-        # vLLM's own refusal of the layout (as in the selection lane: target-draft-seam.md, 2.4).
-        cell.details["kv_cache"] = (
-            f"not laid out: vLLM refused the layout: {one_line(error, 300)}; the draft's cache is the harness's own"
-        )
-        return {}, ()
+        # vLLM's own refusal of the layout (target-draft-seam.md, 2.4): a deployment whose engine
+        # stops here never serves a request, so no kernel result may stand for it.
+        return stopped_at_startup(cell, built, startup_stop(error))
     cell.details["kv_cache"] = layout.details()
     return bound, tuple(str(found) for found in kv_cache.disagreements(layout))
+
+
+def stopped_at_startup(cell: Configured, built: Built, halted: StartupStop) -> Observation:
+    """The engine stops at start-up with these layers (``rejections.startup_stop``): a refusal vLLM
+    documents is ``unsupported`` at stage startup, an unexpected raise a crash there, a question
+    the host cannot answer ``unavailable``, as the selection lane decides them. The layers'
+    settings stay in the details; no kernel runs."""
+    cell.details["kv_cache"] = f"not laid out: the engine's start-up stops ({halted.path})"
+    cell.details["startup"] = {"path": halted.path, "message": halted.message}
+    if halted.kind == "refusal":
+        return dataclasses.replace(built.base, rejection=(halted.message,), rejection_stage=Stage.STARTUP)
+    if halted.kind == "host-limit":
+        return dataclasses.replace(built.base, unavailable=f"{HOST_LIMIT}{halted.message}")
+    return dataclasses.replace(built.base, failure=Failure(Stage.STARTUP, halted.error_type, halted.message))
 
 
 def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observation:
@@ -478,7 +493,10 @@ def prepare(cell: Configured, built: Built, plan: CellPlan) -> Ready | Observati
     bound: dict[str, Any] = {}
     kernel_blocks: tuple[str, ...] = ()
     if built.target_layers is not None:
-        bound, kernel_blocks = bind_kv_cache(cell, built, attention_config, batches, plan)
+        laid_out = bind_kv_cache(cell, built, attention_config, batches, plan)
+        if isinstance(laid_out, Observation):
+            return laid_out
+        bound, kernel_blocks = laid_out
     return Ready(attention_config, batches, kv_reference_dtype(kv), bound, kernel_blocks)
 
 

@@ -1,4 +1,4 @@
-"""The engine's start-up, read (harness.lanes.selection.rejections.startup_stop): a refusal vLLM
+"""The engine's start-up, read (harness.attention.rejections.startup_stop): a refusal vLLM
 documents (no common KV-cache layout; a CUDA-graph mode no builder serves; capture sizes no multiple
 of the decode query length fits) is a refusal at stage startup with its own code path; any other
 raise there is a crash; a question the host cannot answer is a host limit."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.lanes.selection.rejections import startup_stop
+from harness.attention.rejections import startup_stop
 
 pytestmark = pytest.mark.pure
 

@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness.attention.rejections import rejection_reasons
 from harness.contracts.lanes import SELECTION
 from harness.cuda.simulated import SimulatedGpu, SimulationError, closed_loopback_url, install
 from harness.errors import InputError
 from harness.lanes.selection import create
-from harness.lanes.selection.rejections import rejection_reasons
 from harness.matrix import expand, load_matrix
 
 pytestmark = pytest.mark.pure

@@ -135,6 +135,9 @@ class GpuLane:
             unmodelled_fp8_tolerance=self.options.kv_fp8_tolerance,
             graph_tokens=deployment.graph_tokens,
             kv_cache_through_vllm=self.host.lays_out_kv_cache,
+            # Every attribute of the draft's layers and impls and every field of its config, as the
+            # selection and cpu lanes judge them (target-draft-seam.md, 2.14).
+            provenance_audit=True,
         )
         observation = observe_cell(cell, plan, workspace, stage_log)
         runtime = "graph" if captured else V1_GRAPH_RUNTIME if graph else "eager"

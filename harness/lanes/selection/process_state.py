@@ -17,15 +17,7 @@ from harness.attention.apis import ApiUnavailable, unregistered_draft, vllm_apis
 from harness.attention.checkpoint import write_draft, write_target
 from harness.attention.draft import engine_config
 from harness.attention.kv_cache import KvCacheLayout
-from harness.cell_process import freeze_process_state
-from harness.contracts.lanes import SELECTION, SelectionOptions
-from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
-from harness.deployment.cells import selection_deployment
-from harness.deployment.draft_options import DRAFT_OPTIONS, NO_OPTION
-from harness.deployment.models import DRAFT_MODELS, SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape, draft_family
-from harness.deployment.settings import draft_shape, draft_spec
-from harness.lanes.selection.census import census, not_in_matrix
-from harness.lanes.selection.rejections import (
+from harness.attention.rejections import (
     MLA_REFUSED,
     NO_CPU_KERNEL,
     NO_DRIVER,
@@ -36,6 +28,14 @@ from harness.lanes.selection.rejections import (
     rejection_reasons,
     startup_stop,
 )
+from harness.cell_process import freeze_process_state
+from harness.contracts.lanes import SELECTION, SelectionOptions
+from harness.cuda.simulated import SimulatedGpu, allow_host_flashinfer_impl, install
+from harness.deployment.cells import selection_deployment
+from harness.deployment.draft_options import DRAFT_OPTIONS, NO_OPTION
+from harness.deployment.models import DRAFT_MODELS, SELECTION_SHAPE, DraftSpec, DraftTruth, ModelShape, draft_family
+from harness.deployment.settings import draft_shape, draft_spec
+from harness.lanes.selection.census import census, not_in_matrix
 from harness.matrix import Cell
 from harness.observation import HOST_LIMIT, Claim, Failure, Observation, one_line
 from harness.stages import Stage, StageLog

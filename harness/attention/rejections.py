@@ -1,4 +1,5 @@
-"""vLLM's words, read: the reasons of a refused backend request, and the host's limits."""
+"""vLLM's words, read: the reasons of a refused backend request, where the engine's start-up stops,
+and the host's limits. Shared by every lane that builds drafts with vLLM's loaders."""
 
 from __future__ import annotations
 
