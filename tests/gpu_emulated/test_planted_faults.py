@@ -242,3 +242,33 @@ def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_wher
             assert "num_kv_heads is 2, the draft asked for 4" in result.message, result.message
         elif result.axes["draft_heads"] == "8/2":
             assert "num_heads is 4, the draft asked for 8" in result.message, result.message
+
+
+def test_an_impl_attribute_no_audit_names_is_wrong_setting_by_provenance_exactly_on_loader_v2(
+    tmp_path: Path,
+) -> None:
+    """The provenance audit in gpu-emulated (issue 38): Model Runner V2's loader flips an attribute
+    of TRITON_ATTN's impl that neither the named audit nor the kernel reads. Every loader-v2 cell
+    turns wrong-setting naming ``impl.use_alibi_sqrt`` and both values; loader v1 (its own loader)
+    keeps its verdict (where the release has V1 at all)."""
+    results = planted(plants.flip_unlisted_impl_attribute_in_v2_loader, _matrix(tmp_path, '"v2", "v1"', '"eager"'))
+    assert_changed_exactly(results, lambda axes: axes["loader"] == "v2", Verdict.WRONG_SETTING)
+    for result in results:
+        named = f"impl.{plants.UNLISTED_IMPL_ATTRIBUTE} is" in (result.message or "")
+        assert named is (result.axes["loader"] == "v2"), (result.id, result.message)
+
+
+def test_a_layout_the_engine_refuses_stops_exactly_those_cells_at_startup(tmp_path: Path) -> None:
+    """The start-up stage in gpu-emulated (issue 38): where vLLM's KV-cache planning refuses the
+    layout (planted: every draft with sinks), the cell is unsupported at stage startup with vLLM's
+    message and no kernel runs; the cells without sinks lay their cache out and keep passing."""
+    results = planted(plants.refuse_layout_for_sink_drafts, _matrix(tmp_path, '"v2"', '"eager"'))
+    assert_changed_exactly(results, lambda axes: bool(axes["sink"]), Verdict.UNSUPPORTED)
+    for result in results:
+        if result.axes["sink"]:
+            assert result.stage == "startup" and "planted for a draft with attention sinks" in result.message, (
+                result.id,
+                result.stage,
+                result.message,
+            )
+            assert "layers" not in result.details or not result.details["layers"], result.id
