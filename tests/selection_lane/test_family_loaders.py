@@ -15,6 +15,7 @@ from harness.verdict import Verdict
 
 from . import sibling_loader
 from .pre_fix import BEFORE_FIX, VLLM
+from .slices import plant_slice_cells
 
 # vLLM < 0.25 has no DSpark loader (its dspark cells are unavailable, recorded in the expectations).
 pytestmark = [
@@ -41,13 +42,12 @@ LOST = "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-kv-fp8-dkv-bfloat16-tgt.FLASH
 
 def test_a_dspark_loader_without_backend_is_wrong_backend_in_dspark_cells_only() -> None:
     # The v2 cells of a non-default method and their dflash neighbours on the same backends, on
-    # SM90 and SM120 (the plant is in the loader; a generation decides only which backend answers,
-    # and each is a cell process of its own). SM100 stays out (its auto-selected FlashInfer path
-    # can outlast the cell time limit on a loaded 2-core machine) but for the one DSpark cell whose
-    # draft is built behind a target on FlashInfer: most other DSpark rows of the covering stop at
-    # a target vLLM refuses.
+    # SM90 (the plant is in the loader; a generation decides only which backend answers, and each
+    # is a cell process of its own; the selection lane itself runs the others). SM100 stays out but
+    # for the one DSpark cell whose draft is built behind a target on FlashInfer: most other DSpark
+    # rows of the covering stop at a target vLLM refuses.
     everything = expand(load_matrix(MATRIX))
-    cells = [c for c in everything if c.values["loader"] == "v2" and c.values["capability"] in ("9.0", "12.0")]
+    cells = [c for c in plant_slice_cells() if c.values["loader"] == "v2" and c.values["capability"] == "9.0"]
     # The three families' own members (the other draft classes of issue 38 share these loaders; their
     # own plant is tests/selection_lane/test_draft_model_plant.py).
     family = [c for c in cells if c.values["method"] in ("dflash2", "dspark")] + [c for c in everything if c.id == LOST]
