@@ -39,12 +39,9 @@ def test_every_bug_the_shipped_expectations_record_is_a_finding_with_its_first_r
     assert pr.upstream_url == "https://github.com/vllm-project/vllm/pull/46770"
     assert findings["target-per-kind-backend-overrides-draft"].vllm.contains("0.33.0")
     assert findings["flex-draft-flashinfer-target-no-common-layout"].upstream == "issue #55312"
-    # The lane answers vLLM's questions about the machine from its declared one: no host limit is recorded.
-    # One harness limitation is, and it is no host's: the DeepSeek-V4 DSpark config the lane writes holds
-    # the keys 0.33.0's class reads, and 0.30.0-0.32.0's class reads one more (issue 38).
-    assert [ident for ident, finding in findings.items() if finding.kind.value == "harness-limitation"] == [
-        "deepseek-v4-dspark-config-keys-before-033"
-    ]
+    # The lane answers vLLM's questions about the machine from its declared one: no host limit is recorded,
+    # and no limit of the lane's own either (the DeepSeek-V4 DSpark config once lacked a key 0.30.0-0.32.0 read).
+    assert [ident for ident, finding in findings.items() if finding.kind.value == "harness-limitation"] == []
     # Every shipped rule that expects a fault names one (else the files would not load at all).
     for lane in ("cpu", "gpu", "gpu-emulated", "selection"):
         expectations = expectations_for(load_matrix(matrix_path(lane)))
