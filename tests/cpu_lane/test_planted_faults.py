@@ -38,6 +38,8 @@ PLAIN = {
     "layers": ("uniform",),
     "draft_kv_cache_dtype": ("target",),
     "target_model": ("qwen3",),
+    # The lane's own draft heads: the other heads have their own plant (draft_takes_target_heads).
+    "draft_heads": (CPU.value({}, "draft_heads"),),
 }
 
 
@@ -310,6 +312,7 @@ def test_a_draft_layer_that_takes_the_target_heads_is_wrong_setting_exactly_wher
         loader=("v2",),
         head_size=(128,),
         context=("short",),
+        draft_heads=("2/1", "4/4", "8/2"),
     )
     results = planted(plants.draft_takes_target_heads, cell_ids)
 

@@ -29,16 +29,16 @@ pytestmark = [
     pytest.mark.skipif(VLLM.release < (0, 30), reason=f"vLLM {VLLM}: these axes are recorded from 0.30.0"),
 ]
 
-# One cell per method and per target axis (several axes a cell where one cell holds them).
+# One cell per method and per target axis (several axes a cell where one cell holds them), all on
+# SM100: the lane's run of them is one cell process.
 CELLS = {
     "dflash2": "sm100-TRITON_ATTN-dflash2-noncausal-nosink-v2-cubin",
-    "dspark": "sm100-auto-dspark-noncausal-nosink-v2-cubin",
-    # DSpark behind a float16 target with a per-kind backend (a finding in 0.33.0).
+    # DSpark (its own loader) behind a float16 target with a per-kind backend (a finding in 0.33.0).
     "dspark, target dtype, per-kind backend": (
         "sm100-FLASH_ATTN_DIFFKV-dspark-causal-sink-hd256-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp16-v2-cubin"
     ),
     "target dtype, head geometry, KV dtypes": (
-        "sm120-auto-causal-sink-kv-fp8-dkv-fp8-tgtdt.fp32-tgthead.llama32-v2-cubin"
+        "sm100-TRITON_ATTN-causal-sink-kv-fp8-dkv-auto-tgtkind.TRITON_ATTN-tgtdt.fp32-tgthead.gemma3-v2-cubin"
     ),
     # Model Runner V1's loader where the release has one (vLLM 0.34.0 removed it), else V2's.
     "target backend, block size, loader v1": (
