@@ -26,6 +26,7 @@ pytestmark = [
 ]
 
 MATRIX = Path(__file__).resolve().parents[2] / "matrices" / "selection.toml"
+FP8 = ("fp8", "fp8_e5m2")
 
 
 def test_a_draft_kv_dtype_the_loader_drops_is_wrong_setting_exactly_where_the_draft_asked_for_one() -> None:
@@ -94,7 +95,11 @@ def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exact
         "explicit_auto_kv_is_unset",
         lambda v: (
             v["capability"] in ("8.0", "9.0")
-            and (v["draft_kv_cache_dtype"] == "auto" or (v["capability"] == "9.0" and v["kv_cache_dtype"] != "auto"))
+            and (
+                v["draft_kv_cache_dtype"] == "auto"
+                # The controls: an unset draft dtype behind SM90's fp8 targets, which it inherits.
+                or (v["capability"] == "9.0" and v["draft_kv_cache_dtype"] == "target" and v["kv_cache_dtype"] in FP8)
+            )
         ),
     )
     should = {
@@ -135,7 +140,8 @@ def test_an_explicit_auto_draft_kv_dtype_treated_as_unset_is_wrong_setting_exact
 def test_a_draft_built_in_its_checkpoint_dtype_is_wrong_setting_exactly_behind_an_fp16_or_fp32_target() -> None:
     results = _plant_run(
         "draft_keeps_checkpoint_dtype",
-        lambda v: v["capability"] == "9.0" and (v["target_dtype"] != "bfloat16" or v["kv_cache_dtype"] != "auto"),
+        # bfloat16 targets (the control) behind the fp8 caches; the other targets behind every cache.
+        lambda v: v["capability"] == "9.0" and (v["target_dtype"] != "bfloat16" or v["kv_cache_dtype"] in FP8),
     )
     should = {
         r.id
