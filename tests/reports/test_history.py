@@ -7,6 +7,7 @@ and bad input refused before anything is installed."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from harness import cli
 from harness.commands import history as history_command
 from harness.releases.environment import INSTALL, EnvironmentFailure
 from harness.releases.envs import ReleaseEnvs, cell_failures
+from harness.releases.envs import run_lane as real_run_lane
 from harness.releases.install import load_overrides
 from harness.reports.history import CHANGED, NO_VERDICT, release_history
 from harness.reports.inputs import load_inputs
@@ -52,17 +54,12 @@ def _selection_lane(
     """A stand-in for ``run_lane`` with its signature: ``lane(report_dir, pytest_args, workers)``
     answers each release; the selection lane runs once per release (no emulated generations)."""
 
-    def run_lane(
-        env: Path,
-        matrix: Path,
-        report_dir: Path,
-        root: Path,
-        pytest_args: Sequence[str] = (),
-        workers: int = 0,
-        generations: Sequence[str] = (),
-    ) -> Path | None:
-        assert generations == ()
-        return lane(report_dir, pytest_args, workers)
+    def run_lane(*args: Any, **kwargs: Any) -> Path | None:
+        # Bound to the real signature: a call run_lane would refuse fails here too.
+        called = inspect.signature(real_run_lane).bind(*args, **kwargs)
+        called.apply_defaults()
+        assert tuple(called.arguments["generations"]) == ()
+        return lane(called.arguments["report_dir"], called.arguments["pytest_args"], called.arguments["workers"])
 
     return run_lane
 
